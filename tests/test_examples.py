@@ -1,0 +1,25 @@
+"""The README snippet and the demo run and conserve relevance."""
+import re
+import runpy
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_example_conserves(capsys):
+    code = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    x, seed, audit = namespace["x"], namespace["seed"], namespace["audit"]
+    assert (x.grad.sum() + audit.absorbed + audit.lost).item() == pytest.approx(seed.sum().item(), rel=1e-4)
+
+
+def test_demo_prints_conserving_relevance(capsys):
+    runpy.run_path(str(ROOT / "examples" / "demo.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    total, score = map(float, re.search(r"sum\s+(\S+)\s+vs score\s+(\S+)", out).groups())
+    assert total == pytest.approx(score, rel=1e-4)
+    assert "most relevant input nodes" in out

@@ -1,0 +1,162 @@
+"""Each rule against a slow reference that builds every contribution z_ij.
+
+The references transcribe the textbook formulas with an explicit
+``[N, in, out]`` tensor of contributions ``z_ij = x_i w_ji``; the rules under
+test never build it.
+"""
+import pytest
+import torch
+
+from torch_geometric_lrp import functional as L
+from torch_geometric_lrp import rules
+
+
+
+@pytest.fixture(autouse=True)
+def float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def stab(z, eps):
+    return z + eps * torch.where(z >= 0, 1.0, -1.0)
+
+
+def safe(num, den, eps=0.0):
+    return torch.where(den == 0, 0.0, num / stab(den, eps))
+
+
+def ref_epsilon(x, w, b, R, eps):
+    zij = x[:, :, None] * w.t()[None]                 # [N, in, out]
+    zj = zij.sum(1) + (0 if b is None else b)
+    return (zij * safe(R, zj, eps)[:, None, :]).sum(2)
+
+
+def ref_gamma(x, w, b, R, gamma, eps):
+    wg = w + gamma * w.clamp(min=0)
+    bg = None if b is None else b + gamma * b.clamp(min=0)
+    return ref_epsilon(x, wg, bg, R, eps)
+
+
+def ref_alpha_beta(x, w, b, R, alpha, beta, eps):
+    zij = x[:, :, None] * w.t()[None]
+    pos, neg = zij.clamp(min=0), zij.clamp(max=0)
+    zp = pos.sum(1) + (0 if b is None else b.clamp(min=0))
+    zn = neg.sum(1) + (0 if b is None else b.clamp(max=0))
+    a = torch.where(zn == 0, 1.0, alpha)          # only positive contributions
+    c = torch.where(zp == 0, 1.0 if beta else 0.0, -beta)  # only negative ones
+    return (pos * (a * safe(R, zp, eps))[:, None, :] + neg * (c * safe(R, zn, eps))[:, None, :]).sum(2)
+
+
+def ref_flat(x, w, R):
+    return R.sum(1, keepdim=True).expand_as(x) / x.shape[1]
+
+
+def ref_wsquare(x, w, R):
+    zij = (w.t() ** 2)[None].expand(x.shape[0], -1, -1)
+    return (zij * safe(R, zij.sum(1))[:, None, :]).sum(2)
+
+
+def ref_zbox(x, w, R, low, high, eps):
+    lo, hi = torch.full_like(x, low), torch.full_like(x, high)
+    zij = x[:, :, None] * w.t()[None] - lo[:, :, None] * w.t().clamp(min=0)[None] \
+        - hi[:, :, None] * w.t().clamp(max=0)[None]
+    return (zij * safe(R, zij.sum(1), eps)[:, None, :]).sum(2)
+
+
+CASES = {
+    "epsilon": (rules.Epsilon(0.1), lambda x, w, b, R: ref_epsilon(x, w, b, R, 0.1)),
+    "lrp0": (rules.Epsilon(0.0), lambda x, w, b, R: ref_epsilon(x, w, b, R, 0.0)),
+    "gamma": (rules.Gamma(0.5, epsilon=0.01), lambda x, w, b, R: ref_gamma(x, w, b, R, 0.5, 0.01)),
+    "alpha2beta1": (rules.AlphaBeta(2, 1, epsilon=0.01),
+                    lambda x, w, b, R: ref_alpha_beta(x, w, b, R, 2.0, 1.0, 0.01)),
+    "alpha1beta0": (rules.AlphaBeta(1, 0), lambda x, w, b, R: ref_alpha_beta(x, w, b, R, 1.0, 0.0, 1e-6)),
+    "zplus": (rules.ZPlus(), lambda x, w, b, R: ref_alpha_beta(x, w, b, R, 1.0, 0.0, 1e-6)),
+    "flat": (rules.Flat(), lambda x, w, b, R: ref_flat(x, w, R)),
+    "wsquare": (rules.WSquare(), lambda x, w, b, R: ref_wsquare(x, w, R)),
+    "zbox": (rules.ZBox(-2.0, 3.0, epsilon=0.01), lambda x, w, b, R: ref_zbox(x, w, R, -2.0, 3.0, 0.01)),
+}
+
+
+def data(seed, bias):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(7, 5, generator=g)
+    x[0, :2] = 0.0          # zeros in the input
+    x[1] = x[1].abs()       # an all-positive row
+    w = torch.randn(4, 5, generator=g)
+    w[2, 3] = 0.0           # a zero weight
+    b = torch.randn(4, generator=g) if bias else None
+    R = torch.randn(7, 4, generator=g)
+    return x, w, b, R
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", list(CASES))
+def test_rule_matches_slow_reference(name, seed, bias):
+    rule, reference = CASES[name]
+    x, w, b, R = data(seed, bias)
+    xl = x.clone().requires_grad_()
+    L.linear(xl, w, b, rule=rule).backward(R)
+    torch.testing.assert_close(xl.grad, reference(x, w, b, R), rtol=1e-9, atol=1e-9)
+
+
+def test_alpha_beta_by_hand():
+    # z_00 = 1 * 2 = 2 (positive), z_10 = -1 * 1 = -1 (negative), R = 1:
+    # R_0 = 2 * 2/2 = 2, R_1 = -1 * (-1)/(-1) = -1
+    x = torch.tensor([[1.0, -1.0]], requires_grad=True)
+    L.linear(x, torch.tensor([[2.0, 1.0]]), rule=rules.AlphaBeta(2, 1, epsilon=0)).backward(torch.ones(1, 1))
+    torch.testing.assert_close(x.grad, torch.tensor([[2.0, -1.0]]))
+
+
+def test_alpha_beta_only_positive_contributions_conserve():
+    # no negative contribution: all relevance goes to the positive ones (seed 003)
+    x = torch.tensor([[1.0, 3.0]], requires_grad=True)
+    L.linear(x, torch.tensor([[2.0, 1.0]]), rule=rules.AlphaBeta(2, 1, epsilon=0)).backward(torch.ones(1, 1))
+    torch.testing.assert_close(x.grad, torch.tensor([[0.4, 0.6]]))
+
+
+def test_gamma_by_hand():
+    # w = [1, -1], gamma = 1 -> w~ = [2, -1]; x = [1, 1]: z = 1, R = [2, -1]
+    x = torch.tensor([[1.0, 1.0]], requires_grad=True)
+    L.linear(x, torch.tensor([[1.0, -1.0]]), rule=rules.Gamma(1.0, epsilon=0)).backward(torch.ones(1, 1))
+    torch.testing.assert_close(x.grad, torch.tensor([[2.0, -1.0]]))
+
+
+def test_zbox_by_hand():
+    # x = [1, 1], w = [1, -1], l = 0, h = 2: z_i = [1 - 0, -1 - 2 * (-1)] = [1, 1]
+    x = torch.tensor([[1.0, 1.0]], requires_grad=True)
+    L.linear(x, torch.tensor([[1.0, -1.0]]), rule=rules.ZBox(0.0, 2.0, epsilon=0)).backward(torch.ones(1, 1))
+    torch.testing.assert_close(x.grad, torch.tensor([[0.5, 0.5]]))
+
+
+def test_alpha_beta_rejects_non_conserving_parameters():
+    with pytest.raises(ValueError, match="alpha - beta must equal 1"):
+        rules.AlphaBeta(alpha=2, beta=2)
+
+
+def test_negative_gamma_is_rejected():
+    with pytest.raises(ValueError, match="gamma must be >= 0"):
+        rules.Gamma(-1.0)
+
+
+def test_pass_rule_needs_equal_widths():
+    x = torch.randn(3, 4, requires_grad=True)
+    y = L.linear(x, torch.randn(2, 4), rule=rules.Pass())
+    with pytest.raises(ValueError, match="same shape"):
+        y.backward(torch.ones(3, 2))
+    x.grad = None
+    L.linear(x, torch.eye(4), rule=rules.Pass()).backward(torch.full((3, 4), 2.0))
+    torch.testing.assert_close(x.grad, torch.full((3, 4), 2.0))
+
+
+def test_stabilizer_sign_of_zero_is_positive():
+    z = torch.tensor([-2.0, 0.0, 3.0])
+    torch.testing.assert_close(rules.stabilize(z, 0.5), torch.tensor([-2.5, 0.5, 3.5]))
+
+
+def test_linear_rejects_mismatched_width():
+    with pytest.raises(ValueError, match="3 features"):
+        L.linear(torch.randn(2, 3), torch.randn(4, 5))
