@@ -1,7 +1,12 @@
 """torch-geometric-lrp: Layer-wise Relevance Propagation for PyTorch Geometric."""
-from . import functional, rules
+from . import functional, nn, rules
 from .audit import RelevanceAudit
+from .mode import RelevanceMode, UnsupportedOpError, relevance_pass
 
 __version__ = "0.1.0"
 
-__all__ = ["functional", "rules", "RelevanceAudit", "__version__"]
+__all__ = [
+    "functional", "nn", "rules",
+    "RelevanceAudit", "RelevanceMode", "UnsupportedOpError", "relevance_pass",
+    "__version__",
+]

@@ -55,7 +55,11 @@ __all__ = [
     "index_select",
     "cat",
     "mul",
+    "div",
+    "product",
     "matmul",
+    "batch_norm",
+    "layer_norm",
     "activation",
     "relu",
     "leaky_relu",
@@ -356,24 +360,51 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 # ----------------------------------------------------------------------------
 # gates and element-wise activations: relevance passes unchanged
 # ----------------------------------------------------------------------------
-class _Mul(Function):
+class _Gate(Function):
     @staticmethod
-    def forward(ctx, x, w):
+    def forward(ctx, x, w, op):
         ctx.x_shape = x.shape
-        return x * w
+        return op(x, w)
 
     @staticmethod
     def backward(ctx, relevance):
-        return relevance.sum_to_size(ctx.x_shape), None
+        return relevance.sum_to_size(ctx.x_shape), None, None
 
 
 def mul(x: Tensor, w: Union[Tensor, float]) -> Tensor:
     """``x * w`` where ``w`` is a gate (edge weight, attention coefficient,
     normalisation): all relevance goes to the signal ``x``; ``w`` is a constant
     of the relevance pass. A broadcast ``x`` gets the relevance of its copies."""
-    if not isinstance(w, Tensor):
-        w = torch.as_tensor(w, dtype=x.dtype, device=x.device)
-    return _Mul.apply(x, w)
+    return _Gate.apply(x, w, torch.mul)
+
+
+def div(x: Tensor, w: Union[Tensor, float]) -> Tensor:
+    """``x / w`` where ``w`` is a constant (a degree, a count, a norm): all
+    relevance goes to ``x``, as for :func:`mul`."""
+    return _Gate.apply(x, w, torch.div)
+
+
+class _Product(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = a.shape, b.shape
+        return a * b
+
+    @staticmethod
+    def backward(ctx, relevance):
+        half = relevance / 2
+        return half.sum_to_size(ctx.shapes[0]), half.sum_to_size(ctx.shapes[1])
+
+
+def product(a: Tensor, b: Tensor) -> Tensor:
+    r"""``a * b`` of two signals (e.g. ``x_i * x_j`` in a link predictor): each
+    factor gets half of the relevance, :math:`R_a = R_b = R / 2`.
+
+    The product is not linear in either factor, so no proportional split
+    exists; the symmetric split conserves relevance and favours neither side.
+    Use :func:`mul` instead when one factor is a gate.
+    """
+    return _Product.apply(a, b)
 
 
 class _Pass(Function):
@@ -430,6 +461,67 @@ def tanh(x: Tensor) -> Tensor:
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """``F.softplus`` with the pass rule."""
     return activation(x, F.softplus, beta, threshold)
+
+
+# ----------------------------------------------------------------------------
+# normalisation layers
+# ----------------------------------------------------------------------------
+def batch_norm(
+    x: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    weight: Optional[Tensor] = None,
+    bias: Optional[Tensor] = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    r"""Batch norm with running statistics (eval mode) as the per-feature affine
+    map :math:`y = x s + t`, :math:`s = w / \sqrt{\sigma^2 + \epsilon}`,
+    :math:`t = b - \mu s`. Relevance: :math:`R_x = x s R / y` (the shift
+    :math:`t` is a bias and absorbs its share)."""
+    scale = torch.rsqrt(running_var + eps)
+    if weight is not None:
+        scale = scale * weight
+    shift = -running_mean * scale
+    if bias is not None:
+        shift = shift + bias
+    shape = [1] * x.dim()
+    shape[1 if x.dim() > 1 else 0] = -1
+    return add(mul(x, scale.view(shape)), shift.view(shape))
+
+
+class _LayerNorm(Function):
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, bias, eps):
+        out = F.layer_norm(x, normalized_shape, weight, bias, eps)
+        dims = tuple(range(-len(normalized_shape), 0))
+        inv_std = torch.rsqrt(x.var(dim=dims, unbiased=False, keepdim=True) + eps)
+        ctx.dims = dims
+        ctx.save_for_backward(x, weight, out, inv_std)
+        return out
+
+    @staticmethod
+    def backward(ctx, relevance):
+        x, weight, out, inv_std = ctx.saved_tensors
+        s, dropped = divide(relevance, out)
+        t = s * inv_std if weight is None else s * weight * inv_std
+        r = x * (t - t.mean(dim=ctx.dims, keepdim=True))
+        _record("layer_norm", relevance, dropped, r)
+        return r, None, None, None, None
+
+
+def layer_norm(
+    x: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Optional[Tensor] = None,
+    bias: Optional[Tensor] = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    r"""``F.layer_norm``. The standard deviation is a constant of the pass; the
+    centring :math:`x - \bar{x}` is a linear map :math:`C = I - \tfrac{1}{n}\mathbf{1}\mathbf{1}^\top`,
+    so with :math:`t = w R / (\sigma y)`:
+    :math:`R_{x_i} = x_i (t_i - \bar{t})` (LRP-0 through the centring; the
+    bias absorbs its share)."""
+    return _LayerNorm.apply(x, tuple(normalized_shape), weight, bias, eps)
 
 
 # ----------------------------------------------------------------------------

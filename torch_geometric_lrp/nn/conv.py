@@ -1,0 +1,146 @@
+"""LRP message-passing layers.
+
+Layers whose steps are sums, means, max/min, gathers, gates and linear maps
+need no code of their own: the relevance mode routes those ops. The attention
+layers override the one step where attention is computed, so that inside a
+relevance pass the coefficients are computed from detached inputs: they are
+constants, and relevance flows along the value path only.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch.nn.functional as F
+import torch_geometric.nn as pyg_nn
+from torch import Tensor
+from torch_geometric.inspector import Inspector
+from torch_geometric.typing import OptTensor
+from torch_geometric.utils import softmax
+
+from ..mode import is_active
+
+
+def _constant(t):
+    """Detach ``t`` inside a relevance pass: it becomes a gate, not a signal."""
+    return t.detach() if (t is not None and is_active()) else t
+
+
+class GCNConv(pyg_nn.GCNConv):
+    """:class:`torch_geometric.nn.GCNConv`; the normalisation is a constant gate."""
+
+
+class GraphConv(pyg_nn.GraphConv):
+    """:class:`torch_geometric.nn.GraphConv`."""
+
+
+class SAGEConv(pyg_nn.SAGEConv):
+    """:class:`torch_geometric.nn.SAGEConv`; ``normalize=True`` divides by a constant norm."""
+
+
+class GINConv(pyg_nn.GINConv):
+    """:class:`torch_geometric.nn.GINConv`; the ``nn`` is explained with the mode's rules."""
+
+
+class GINEConv(pyg_nn.GINEConv):
+    """:class:`torch_geometric.nn.GINEConv`; edge features receive relevance."""
+
+
+class ChebConv(pyg_nn.ChebConv):
+    """:class:`torch_geometric.nn.ChebConv`; the scaled Laplacian is a constant."""
+
+
+class SGConv(pyg_nn.SGConv):
+    """:class:`torch_geometric.nn.SGConv`."""
+
+
+class APPNP(pyg_nn.APPNP):
+    """:class:`torch_geometric.nn.APPNP`."""
+
+
+class EdgeConv(pyg_nn.EdgeConv):
+    """:class:`torch_geometric.nn.EdgeConv`; ``x_j - x_i`` splits relevance by sign."""
+
+
+class GATConv(pyg_nn.GATConv):
+    """:class:`torch_geometric.nn.GATConv`; attention coefficients are constants."""
+
+    def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, index: Tensor,
+                    ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
+        return super().edge_update(_constant(alpha_j), _constant(alpha_i), _constant(edge_attr),
+                                   index, ptr, dim_size)
+
+
+class GATv2Conv(pyg_nn.GATv2Conv):
+    """:class:`torch_geometric.nn.GATv2Conv`; attention coefficients are constants."""
+
+    def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: OptTensor, index: Tensor,
+                    ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
+        return super().edge_update(_constant(x_j), _constant(x_i), _constant(edge_attr),
+                                   index, ptr, dim_size)
+
+
+class TransformerConv(pyg_nn.TransformerConv):
+    """:class:`torch_geometric.nn.TransformerConv`; attention coefficients are
+    constants, relevance flows through the values (and edge features added to
+    them). With ``beta=True`` the learned skip gate multiplies two signals and
+    splits relevance evenly between them (:func:`~torch_geometric_lrp.functional.product`)."""
+
+    def message(self, query_i: Tensor, key_j: Tensor, value_j: Tensor, edge_attr: OptTensor,
+                index: Tensor, ptr: OptTensor, size_i: Optional[int]) -> Tensor:
+        if not is_active():
+            return super().message(query_i, key_j, value_j, edge_attr, index, ptr, size_i)
+        key = key_j.detach()
+        if self.lin_edge is not None:
+            assert edge_attr is not None
+            edge_attr = self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels)
+            key = key + edge_attr.detach()
+        alpha = (query_i.detach() * key).sum(dim=-1) / math.sqrt(self.out_channels)
+        alpha = softmax(alpha, index, ptr, size_i)
+        self._alpha = alpha
+        out = value_j if edge_attr is None else value_j + edge_attr
+        return out * alpha.view(-1, self.heads, 1)
+
+
+class GeneralConv(pyg_nn.GeneralConv):
+    """:class:`torch_geometric.nn.GeneralConv`; with ``attention=True`` the
+    coefficients are constants."""
+
+    def message(self, x_i: Tensor, x_j: Tensor, edge_index_i: Tensor, size_i: Tensor,
+                edge_attr: Tensor) -> Tensor:
+        if not (self.attention and is_active()):
+            return super().message(x_i, x_j, edge_index_i, size_i, edge_attr)
+        x_j_out = self.message_basic(x_i, x_j, edge_attr).view(-1, self.heads, self.out_channels)
+        x_i_d, x_j_d, attr_d = x_i.detach(), x_j.detach(), _constant(edge_attr)
+        key = self.message_basic(x_i_d, x_j_d, attr_d).view(-1, self.heads, self.out_channels)
+        if self.attention_type == "dot_product":
+            query = self.message_basic(x_j_d, x_i_d, attr_d).view(-1, self.heads, self.out_channels)
+            alpha = (query * key).sum(dim=-1) / self.scaler
+        else:
+            alpha = (key * self.att_msg).sum(dim=-1)
+        alpha = F.leaky_relu(alpha, negative_slope=0.2)
+        alpha = softmax(alpha, edge_index_i, num_nodes=size_i)
+        return x_j_out * alpha.view(-1, self.heads, 1)
+
+
+def _inherit_call_types(cls: type) -> type:
+    """Give ``cls`` the ``propagate`` / ``edge_updater`` argument types of its
+    PyG parent.
+
+    PyG reads them from the ``# propagate_type: (...)`` comment in the layer's
+    source, but caches sources by class *name*, so a subclass of the same name
+    hides its parent's source and PyG would compile ``propagate`` with no
+    arguments. PyG also accepts the types as a ``{func}_type`` class attribute,
+    which is what we set.
+    """
+    parent = Inspector(cls.__bases__[0])
+    for func in ("propagate", "edge_updater"):
+        params = parent.get_params_from_method_call(func, exclude=[0, "edge_index", "size"])
+        if params:
+            setattr(cls, f"{func}_type", {name: p.type for name, p in params.items()})
+    return cls
+
+
+for _cls in (GCNConv, GraphConv, SAGEConv, GINConv, GINEConv, ChebConv, SGConv, APPNP, EdgeConv,
+             GATConv, GATv2Conv, TransformerConv, GeneralConv):
+    _inherit_call_types(_cls)
