@@ -1,6 +1,8 @@
 """torch-geometric-lrp: Layer-wise Relevance Propagation for PyTorch Geometric."""
 from . import functional, nn, rules
 from .audit import RelevanceAudit
+from .check import ConservationReport, check_conservation
+from .convert import UnsupportedModuleError, convert, register
 from .mode import RelevanceMode, UnsupportedOpError, relevance_pass
 
 __version__ = "0.1.0"
@@ -8,5 +10,7 @@ __version__ = "0.1.0"
 __all__ = [
     "functional", "nn", "rules",
     "RelevanceAudit", "RelevanceMode", "UnsupportedOpError", "relevance_pass",
+    "convert", "register", "UnsupportedModuleError",
+    "check_conservation", "ConservationReport",
     "__version__",
 ]

@@ -352,11 +352,14 @@ class RelevanceMode(TorchFunctionMode):
         return self.default_rule
 
     def where(self) -> str:
+        """Where the running op is, for messages: the innermost running module."""
         if not self.modules:
             return "the model's forward"
         module = self.modules[-1]
-        name = self.names.get(id(module), "")
-        return f"module '{name}' ({type(module).__name__})" if name else f"a {type(module).__name__} module"
+        name = self.names.get(id(module))
+        if name is None:
+            return f"a {type(module).__name__} module"
+        return f"module '{name}' ({type(module).__name__})" if name else f"the model ({type(module).__name__})"
 
     def __enter__(self):
         _active.append(self)

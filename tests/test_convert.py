@@ -1,0 +1,289 @@
+"""lrp.convert and the relevance pass on models written as a PyG user writes them.
+
+Every model here is built from stock PyG classes with functional ops in its
+own forward. Each must: convert; give the same output; conserve relevance
+(bias-free: input relevance = seed; with biases: input + absorbed + lost =
+seed); and leave the original model exactly as it was.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import (
+    GATConv, GCNConv, GINConv, MLP, SAGEConv, global_max_pool, global_mean_pool,
+)
+
+import torch_geometric_lrp as lrp
+from torch_geometric_lrp import rules as R
+from torch_geometric_lrp.convert import DEFAULT_LOWER, DEFAULT_UPPER, resolve_rules
+
+LRP0 = {torch.nn.Module: R.Epsilon(0.0)}
+
+
+class GCN3(torch.nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.conv1 = GCNConv(5, 16, bias=bias)
+        self.conv2 = GCNConv(16, 16, bias=bias)
+        self.conv3 = GCNConv(16, 3, bias=bias)
+
+    def forward(self, x, edge_index):
+        x = F.relu(self.conv1(x, edge_index))
+        x = F.dropout(x, p=0.5, training=self.training)
+        x = F.relu(self.conv2(x, edge_index))
+        return self.conv3(x, edge_index)
+
+
+class GIN(torch.nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.conv1 = GINConv(MLP([5, 16, 16], norm="batch_norm", bias=bias))
+        self.conv2 = GINConv(MLP([16, 16, 16], norm="batch_norm", bias=bias), train_eps=True)
+        self.head = torch.nn.Linear(16, 3, bias=bias)
+
+    def forward(self, x, edge_index):
+        x = self.conv1(x, edge_index).relu()
+        x = self.conv2(x, edge_index).relu()
+        return self.head(x)
+
+
+class SAGE(torch.nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.convs = torch.nn.ModuleList([SAGEConv(5, 16, bias=bias), SAGEConv(16, 16, aggr="max", bias=bias),
+                                          SAGEConv(16, 3, bias=bias)])
+
+    def forward(self, x, edge_index):
+        for conv in self.convs[:-1]:
+            x = F.elu(conv(x, edge_index))
+        return self.convs[-1](x, edge_index)
+
+
+class GAT(torch.nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.conv1 = GATConv(5, 8, heads=2, bias=bias)
+        self.conv2 = GATConv(16, 3, heads=1, concat=False, bias=bias)
+
+    def forward(self, x, edge_index):
+        x = F.elu(self.conv1(x, edge_index))
+        return F.log_softmax(self.conv2(x, edge_index), dim=-1)
+
+
+class GraphClassifier(torch.nn.Module):
+    """Residual GCN, mean and max readouts concatenated, MLP head plus a mean skip."""
+
+    def __init__(self, bias=True):
+        super().__init__()
+        self.conv1 = GCNConv(5, 16, bias=bias)
+        self.conv2 = GCNConv(16, 16, bias=bias)
+        self.head = torch.nn.Sequential(torch.nn.Linear(32, 16, bias=bias), torch.nn.ReLU(),
+                                        torch.nn.Linear(16, 2, bias=bias))
+
+    def forward(self, x, edge_index, batch):
+        h = F.relu(self.conv1(x, edge_index))
+        h = h + F.relu(self.conv2(h, edge_index))         # residual
+        pooled = torch.cat([global_mean_pool(h, batch), global_max_pool(h, batch)], dim=-1)
+        return self.head(pooled) + pooled.mean(dim=-1, keepdim=True)  # a mean skip to every logit
+
+
+def graph(seed=0, n=12, graphs=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    edge_index = torch.randint(0, n, (2, 3 * n), generator=g)
+    batch = torch.arange(graphs).repeat_interleave(n // graphs)
+    return x, edge_index, batch
+
+
+def node_model(cls, bias):
+    torch.manual_seed(0)
+    model = cls(bias=bias).double()
+    x, edge_index, _ = graph()
+    model.train()
+    model(x, edge_index)          # fill batch-norm running statistics with something non-trivial
+    model.eval()
+    if not bias:                  # batch norm's shift acts as a bias: remove it too
+        for m in model.modules():
+            if isinstance(m, torch.nn.BatchNorm1d):
+                m.running_mean.zero_()
+                m.bias.data.zero_()
+    return model, (x, edge_index)
+
+
+def graph_model(bias):
+    torch.manual_seed(0)
+    model = GraphClassifier(bias=bias).double().eval()
+    x, edge_index, batch = graph(n=12, graphs=3)
+    return model, (x, edge_index, batch)
+
+
+MODELS = {
+    "gcn3": lambda bias: node_model(GCN3, bias),
+    "gin_mlp_batchnorm": lambda bias: node_model(GIN, bias),
+    "graphsage": lambda bias: node_model(SAGE, bias),
+    "gat": lambda bias: node_model(GAT, bias),
+    "graph_classifier": graph_model,
+}
+
+
+def snapshot(model):
+    return {
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+        "types": [type(m) for m in model.modules()],
+        "training": [m.training for m in model.modules()],
+        "requires_grad": [p.requires_grad for p in model.parameters()],
+        "hooks": [(len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks)) for m in model.modules()],
+        "flags": [(getattr(m, "_explain", None), getattr(m, "fuse", None)) for m in model.modules()],
+        "dicts": [sorted(m.__dict__) for m in model.modules()],
+    }
+
+
+def assert_same(before, after):
+    assert before["state"].keys() == after["state"].keys()
+    for key in before["state"]:
+        torch.testing.assert_close(before["state"][key], after["state"][key], rtol=0, atol=0)
+    for key in ("types", "training", "requires_grad", "hooks", "flags", "dicts"):
+        assert before[key] == after[key], key
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_converted_model_keeps_output_and_leaves_original_untouched(name):
+    model, inputs = MODELS[name](True)
+    expected = model(*inputs)
+    before = snapshot(model)
+    converted = lrp.convert(model)
+    torch.testing.assert_close(converted(*inputs), expected, rtol=1e-6, atol=1e-6)
+    report = lrp.check_conservation(converted, *inputs)
+    assert report.unsupported == {}
+    assert report.conserved(1e-5), str(report)
+    assert_same(before, snapshot(model))
+    torch.testing.assert_close(model(*inputs), expected, rtol=0, atol=0)
+    # shared, not copied: the converted model follows the original's parameters
+    assert {id(p) for p in converted.parameters()} == {id(p) for p in model.parameters()}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_bias_free_models_conserve_exactly(name):
+    model, inputs = MODELS[name](False)
+    report = lrp.check_conservation(model, *inputs, rules=LRP0)
+    assert report.unsupported == {}
+    assert report.total_input + report.lost == pytest.approx(report.seed, rel=1e-5), str(report)
+    assert abs(report.absorbed) <= 1e-6 * abs(report.seed) + 1e-9, str(report)
+
+
+def test_lrp0_on_bias_free_relu_gcn_is_gradient_times_input():
+    model, (x, edge_index) = node_model(GCN3, False)
+    xg = x.clone().requires_grad_()
+    out = model(xg, edge_index)
+    out[4, 1].backward()
+    expected = (xg.grad * x)
+
+    converted = lrp.convert(model, rules=LRP0)
+    xr = x.clone().requires_grad_()
+    with lrp.relevance_pass(converted):
+        out = converted(xr, edge_index)
+        seed = torch.zeros_like(out)
+        seed[4, 1] = out[4, 1].detach()
+        out.backward(seed)
+    torch.testing.assert_close(xr.grad, expected, rtol=1e-7, atol=1e-10)
+
+
+def test_relevance_pass_restores_model_state_even_on_error():
+    model, (x, edge_index) = node_model(GCN3, True)
+    model.train()
+    before = snapshot(model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with lrp.relevance_pass(model):
+            assert not model.training
+            assert not any(p.requires_grad for p in model.parameters())
+            raise RuntimeError("boom")
+    assert_same(before, snapshot(model))
+
+
+def test_original_state_left_by_another_explainer_does_not_reach_the_copy():
+    model, (x, edge_index) = node_model(GCN3, True)
+    conv = model.conv2
+    conv.explain = True
+    conv._edge_mask = torch.nn.Parameter(torch.ones(edge_index.size(1)))
+    conv.explain = False
+    conv._edge_mask = None            # what GNNExplainer leaves: an empty parameter slot
+    converted = lrp.convert(model)
+    assert "_edge_mask" not in converted.conv2._parameters
+    assert "_edge_mask" in model.conv2._parameters
+    assert lrp.check_conservation(converted, x, edge_index).conserved()
+
+
+def test_unsupported_modules_are_listed_by_name_and_type():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = GCNConv(4, 4)
+            self.rnn = torch.nn.GRU(4, 4)
+            self.block = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 1))
+
+    with pytest.raises(lrp.UnsupportedModuleError) as info:
+        lrp.convert(Net())
+    message = str(info.value)
+    assert "rnn (torch.nn.modules.rnn.GRU)" in message
+    assert "block.0 (torch.nn.modules.conv.Conv1d)" in message
+    assert "GCNConv" not in message
+    assert "lrp.register(GRU)" in message
+
+
+def test_a_rule_for_a_type_declares_it_supported():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanhshrink())
+    with pytest.raises(lrp.UnsupportedModuleError):
+        lrp.convert(model)
+    lrp.convert(model, rules={torch.nn.Tanhshrink: R.Epsilon()})
+
+
+def test_op_without_rule_is_reported_by_name():
+    class Exp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return torch.exp(self.lin(x))
+
+    x, model = torch.randn(4, 3), Exp()
+    converted = lrp.convert(model)
+    with pytest.raises(lrp.UnsupportedOpError, match=r"'exp' in the model \(Exp\)"):
+        with lrp.relevance_pass(converted):
+            converted(x.clone().requires_grad_())
+    report = lrp.check_conservation(model, x)
+    assert list(report.unsupported) == ["exp in the model (Exp)"]
+    assert not report.conserved()
+
+
+def test_default_composite_and_overrides():
+    model, _ = node_model(GCN3, True)
+    resolved = resolve_rules(model)
+    assert resolved["conv1"] == DEFAULT_LOWER and resolved["conv1.lin"] == DEFAULT_LOWER
+    assert resolved["conv2"] == DEFAULT_LOWER
+    assert resolved["conv3"] == DEFAULT_UPPER and resolved["conv3.lin"] == DEFAULT_UPPER
+    custom = resolve_rules(model, {GCNConv: R.ZPlus(), "conv3*": R.Epsilon(0.5)})
+    assert custom["conv1.lin"] == R.ZPlus()
+    assert custom["conv3.lin"] == R.Epsilon(0.5)
+
+
+def test_composite_rule_is_the_one_used():
+    # a single linear layer: Flat gives every input feature the same share
+    model = torch.nn.Sequential(torch.nn.Linear(4, 1, bias=False))
+    x = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    report = lrp.check_conservation(model, x, rules={"0": R.Flat()})
+    assert report.total_input == pytest.approx(report.seed)
+    converted = lrp.convert(model, rules={"0": R.Flat()})
+    xr = x.clone().requires_grad_()
+    with lrp.relevance_pass(converted):
+        out = converted(xr)
+        out.backward(torch.ones_like(out))
+    torch.testing.assert_close(xr.grad, torch.full((1, 4), 0.25))
+
+
+def test_rules_are_validated():
+    with pytest.raises(TypeError, match="values must be rules"):
+        lrp.convert(torch.nn.Linear(2, 2), rules={torch.nn.Linear: 0.5})
+    with pytest.raises(TypeError, match="keys must be module types"):
+        lrp.convert(torch.nn.Linear(2, 2), rules={3: R.Epsilon()})

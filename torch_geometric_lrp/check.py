@@ -1,0 +1,189 @@
+"""``lrp.check_conservation``: one relevance pass, accounted layer by layer."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .audit import RelevanceAudit
+from .convert import convert
+from .mode import relevance_pass
+
+__all__ = ["check_conservation", "ConservationReport", "LayerRelevance"]
+
+
+@dataclass
+class LayerRelevance:
+    """Relevance entering a module (at its output) and leaving it (at its
+    inputs that carry relevance) in one pass."""
+
+    name: str
+    type: str
+    entering: float = 0.0
+    leaving: float = 0.0
+
+    @property
+    def gap(self) -> float:
+        """``entering - leaving``: what the module absorbed or lost (or, if
+        negative, created)."""
+        return self.entering - self.leaving
+
+
+@dataclass
+class ConservationReport:
+    """What one relevance pass did with the seeded relevance.
+
+    ``seed = input_relevance + absorbed + lost`` holds by construction of the
+    ops with rules; an op that has no rule (listed in ``unsupported``) breaks it.
+    """
+
+    seed: float
+    input_relevance: dict[str, float]
+    lost: float
+    absorbed: float
+    by_op: dict[str, dict[str, float]]
+    layers: list[LayerRelevance]
+    unsupported: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_input(self) -> float:
+        return sum(self.input_relevance.values())
+
+    @property
+    def residual(self) -> float:
+        """``seed - input - absorbed - lost``: relevance created or destroyed
+        without being accounted for (0 up to float error when every op has a rule)."""
+        return self.seed - self.total_input - self.absorbed - self.lost
+
+    def conserved(self, rtol: float = 1e-5) -> bool:
+        """No unsupported op and a residual within ``rtol`` of the seed."""
+        return not self.unsupported and abs(self.residual) <= rtol * max(abs(self.seed), 1e-12)
+
+    def __str__(self) -> str:
+        rows = [f"{'module':<32} {'type':<20} {'entering':>12} {'leaving':>12} {'gap':>12}"]
+        rows += [f"{l.name:<32} {l.type:<20} {l.entering:>12.6g} {l.leaving:>12.6g} {l.gap:>12.6g}"
+                 for l in self.layers]
+        rows.append(f"seed {self.seed:.6g} = input {self.total_input:.6g} + absorbed {self.absorbed:.6g} "
+                    f"+ lost {self.lost:.6g} + residual {self.residual:.3g}")
+        for name, count in self.unsupported.items():
+            rows.append(f"NO RULE: {name} ({count} call(s))")
+        return "\n".join(rows)
+
+
+def _tensors(value) -> list[Tensor]:
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def check_conservation(
+    model: torch.nn.Module,
+    *args: Any,
+    inputs: Optional[Sequence[str]] = None,
+    seed: Optional[Tensor] = None,
+    rules: Optional[dict] = None,
+    **kwargs: Any,
+) -> ConservationReport:
+    """Run one relevance pass of ``model(*args, **kwargs)`` and account for it.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A model, converted (:func:`torch_geometric_lrp.convert`) or not; an
+        unconverted one is converted first (the original stays untouched).
+    *args, **kwargs
+        The forward's arguments.
+    inputs : list of str, optional
+        Which arguments carry relevance: positional indices as strings
+        (``"0"``) or keyword names. Default: the first positional argument and
+        the keyword arguments ``edge_attr`` and ``u``. Other arguments
+        (``edge_index``, ``edge_weight``, ``batch``) are constants.
+    seed : Tensor, optional
+        Relevance to seed on the output; default the output itself
+        (``R = f(x)``, all outputs explained at once).
+    rules : dict, optional
+        A composite for :func:`torch_geometric_lrp.convert` (e.g.
+        ``{torch.nn.Module: Epsilon(0.0)}`` for LRP-0 everywhere).
+
+    Returns
+    -------
+    ConservationReport
+        Seed, input relevance per input, lost and absorbed amounts (total and
+        per op), relevance entering and leaving every module, and every op
+        that ran without a relevance rule.
+    """
+    if not hasattr(model, "_lrp_rules") or rules is not None:
+        model = convert(model, rules)
+    names = [str(i) for i in range(len(args))] + list(kwargs)
+    inputs = list(inputs) if inputs is not None else ["0"] + [k for k in ("edge_attr", "u") if k in kwargs]
+    for name in inputs:
+        if name not in names:
+            raise ValueError(f"check_conservation: inputs names {name!r}, which is not an argument "
+                             f"(positional '0'..'{len(args) - 1}' or one of {list(kwargs)}).")
+    args = list(args)
+    carriers: dict[str, Tensor] = {}
+    for name in inputs:
+        value = args[int(name)] if name.isdigit() else kwargs[name]
+        if not (isinstance(value, Tensor) and value.is_floating_point()):
+            raise TypeError(f"check_conservation: input {name!r} must be a floating-point tensor.")
+        leaf = value.detach().clone().requires_grad_()
+        carriers[name] = leaf
+        if name.isdigit():
+            args[int(name)] = leaf
+        else:
+            kwargs[name] = leaf
+
+    layers = {n: LayerRelevance(n, type(m).__name__) for n, m in model.named_modules() if n}
+    hooks = []
+
+    def watch(name):
+        def pre(module, margs, mkwargs):
+            # An alias per input, so that its gradient is this module's share only.
+            def alias(a):
+                if isinstance(a, Tensor) and a.requires_grad:
+                    a = a.view_as(a)
+                    a.register_hook(lambda g: _add(name, "leaving", g))
+                elif isinstance(a, (list, tuple)):
+                    a = type(a)(alias(v) for v in a)
+                return a
+            return tuple(alias(a) for a in margs), {k: alias(v) for k, v in mkwargs.items()}
+
+        def post(module, margs, out):
+            for t in _tensors(out):
+                if t.requires_grad:
+                    t.register_hook(lambda g: _add(name, "entering", g))
+        return pre, post
+
+    def _add(name, attr, grad):
+        setattr(layers[name], attr, getattr(layers[name], attr) + grad.sum().item())
+
+    for name, module in model.named_modules():
+        if name:
+            pre, post = watch(name)
+            hooks.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            hooks.append(module.register_forward_hook(post))
+    try:
+        with RelevanceAudit() as audit, relevance_pass(model, strict=False) as mode:
+            out = model(*args, **kwargs)
+            outputs = _tensors(out)
+            if len(outputs) != 1:
+                raise TypeError("check_conservation: the model must return one tensor to seed.")
+            out = outputs[0]
+            relevance = out.detach() if seed is None else seed
+            out.backward(relevance)
+    finally:
+        for h in hooks:
+            h.remove()
+    return ConservationReport(
+        seed=relevance.sum().item(),
+        input_relevance={n: (t.grad.sum().item() if t.grad is not None else 0.0) for n, t in carriers.items()},
+        lost=audit.lost,
+        absorbed=audit.absorbed,
+        by_op=audit.by_op,
+        layers=[l for l in layers.values() if l.entering or l.leaving],
+        unsupported=dict(mode.unsupported),
+    )

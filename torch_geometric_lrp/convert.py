@@ -1,0 +1,195 @@
+"""``lrp.convert``: an LRP-ready model that shares the original's parameters.
+
+The converted model is a copy of the module tree whose modules hold the very
+same ``Parameter`` and buffer objects as the original (training one trains
+both), with PyG layers swapped for their :mod:`torch_geometric_lrp.nn`
+subclasses and a *composite* (which rule each module's weighted ops use)
+attached. The original is never modified: no class swap, no hook, no flag.
+"""
+from __future__ import annotations
+
+import copy
+import fnmatch
+import inspect
+from typing import Optional, Union
+
+import torch
+import torch_geometric.nn as pyg_nn
+from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.models.basic_gnn import BasicGNN
+from torch_geometric.nn.sequential import Sequential as PyGSequential
+
+from . import nn as lrp_nn
+from .rules import Epsilon, Gamma, Rule
+
+__all__ = ["convert", "register", "resolve_rules", "UnsupportedModuleError", "DEFAULT_LOWER", "DEFAULT_UPPER"]
+
+#: PyG layer -> its LRP subclass.
+LRP_LAYERS: dict[type, type] = {getattr(pyg_nn, name): getattr(lrp_nn, name) for name in lrp_nn.__all__}
+
+_SUPPORTED: set[type] = {
+    # torch.nn building blocks
+    torch.nn.Linear, torch.nn.Identity, torch.nn.Flatten, torch.nn.Unflatten,
+    torch.nn.Dropout, torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.Dropout1d,
+    torch.nn.ReLU, torch.nn.LeakyReLU, torch.nn.ELU, torch.nn.SELU, torch.nn.CELU, torch.nn.GELU,
+    torch.nn.SiLU, torch.nn.Mish, torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.Softplus, torch.nn.PReLU,
+    torch.nn.ReLU6, torch.nn.Hardtanh, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.Softsign,
+    torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.BatchNorm1d, torch.nn.LayerNorm,
+    torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
+    # PyG building blocks
+    pyg_nn.Linear, pyg_nn.MLP, pyg_nn.MetaLayer, pyg_nn.BatchNorm,
+    SumAggregation, MeanAggregation, MaxAggregation, MinAggregation,
+    *LRP_LAYERS, *LRP_LAYERS.values(),
+}
+# Bases whose generated or user-facing subclasses are supported as a family.
+_SUPPORTED_BASES: tuple[type, ...] = (PyGSequential, BasicGNN)
+
+#: Default composite: message-passing layers below the last one use ``Gamma``
+#: (favours positive evidence, stabler in deep stacks); the last
+#: message-passing layer and everything outside message passing (heads,
+#: readouts) use ``Epsilon``.
+DEFAULT_LOWER: Rule = Gamma(0.25)
+DEFAULT_UPPER: Rule = Epsilon(1e-6)
+
+
+class UnsupportedModuleError(TypeError):
+    """The model holds modules that the relevance pass does not know."""
+
+
+def register(module_type: type) -> type:
+    """Declare ``module_type`` explainable.
+
+    Its ``forward`` runs inside the relevance mode, which gives its torch ops
+    relevance rules and reports any op without one at run time. Usable as a
+    class decorator.
+    """
+    _SUPPORTED.add(module_type)
+    return module_type
+
+
+def _is_supported(module: torch.nn.Module, extra: tuple) -> bool:
+    cls = type(module)
+    if cls in _SUPPORTED or issubclass(cls, _SUPPORTED_BASES) or (extra and isinstance(module, extra)):
+        return True
+    # A module the user wrote (its own model class, a custom layer): its
+    # forward is plain torch code that the relevance mode checks op by op.
+    root = cls.__module__.split(".")[0]
+    return root not in ("torch", "torch_geometric", "torch_scatter", "torch_sparse")
+
+
+def _share_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A new module object holding the same parameters and buffers."""
+    new = copy.copy(module)
+    state = new.__dict__
+    for key, value in list(state.items()):
+        if isinstance(value, dict):  # _parameters, _buffers, _modules, hook dicts, ...
+            state[key] = copy.copy(value)
+        elif inspect.ismethod(value) and value.__self__ is module:  # bound to the original
+            state[key] = value.__func__.__get__(new)
+    new._modules = {name: None if child is None else _share_copy(child)
+                    for name, child in module._modules.items()}
+    if type(module) in LRP_LAYERS:
+        new.__class__ = LRP_LAYERS[type(module)]
+    if isinstance(new, MessagePassing):
+        _clear_explainer_state(new)
+    return new
+
+
+def _clear_explainer_state(layer: MessagePassing) -> None:
+    """Drop what another explainer may have left on the original layer (PyG's
+    ``explain`` flag and ``_edge_mask`` slots), on our copy only."""
+    if layer._explain:
+        layer.explain = False
+    layer._parameters.pop("_edge_mask", None)
+    layer.__dict__.update(_edge_mask=None, _loop_mask=None, _explain=None)
+
+
+def resolve_rules(model: torch.nn.Module, rules: Optional[dict] = None) -> dict[str, Rule]:
+    """The rule of every module of ``model``, by qualified name.
+
+    For each module, in this order: an entry of ``rules`` whose key is its
+    qualified name (or a glob pattern of it, e.g. ``"convs.0*"``); an entry
+    whose key is a type it is an instance of; the rule of its parent; the
+    default composite (:data:`DEFAULT_LOWER` for message-passing layers below
+    the last one, :data:`DEFAULT_UPPER` elsewhere).
+    """
+    rules = dict(rules or {})
+    by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
+    by_name = {k: v for k, v in rules.items() if isinstance(k, str)}
+    for key in rules:
+        if not isinstance(key, (str, type)):
+            raise TypeError(f"rules: keys must be module types or qualified names, got {key!r}.")
+    for value in rules.values():
+        if not isinstance(value, Rule):
+            raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r}.")
+
+    message_passing = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
+    last_mp = message_passing[-1] if message_passing else None
+    resolved: dict[str, Rule] = {}
+    inherited: set[str] = set()  # modules whose children take over their rule
+    for name, module in model.named_modules():
+        parent = name.rpartition(".")[0] if name else None
+        rule = by_name.get(name)
+        if rule is None:
+            rule = next((v for pattern, v in by_name.items() if fnmatch.fnmatchcase(name, pattern)), None)
+        if rule is None:
+            rule = next((v for t, v in by_type if isinstance(module, t)), None)
+        if rule is None and parent in inherited:
+            rule = resolved[parent]
+        if rule is None and isinstance(module, MessagePassing):
+            rule = DEFAULT_UPPER if name == last_mp else DEFAULT_LOWER
+        if rule is None:
+            resolved[name] = DEFAULT_UPPER  # not passed on: children resolve on their own
+            continue
+        resolved[name] = rule
+        inherited.add(name)
+    return resolved
+
+
+def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]] = None) -> torch.nn.Module:
+    """Return an LRP-ready version of ``model`` that shares its parameters.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A PyG model (stock layers, ``MLP``, pooling and functional code in its
+        own ``forward`` are all fine). It is left exactly as it was.
+    rules : dict, optional
+        A composite: ``{module type or qualified name (glob allowed): Rule}``,
+        e.g. ``{GCNConv: Gamma(0.25), "lin": Epsilon()}``. Merged over the
+        default composite (see :func:`resolve_rules`). Types named here count
+        as supported.
+
+    Returns
+    -------
+    torch.nn.Module
+        A copy of the module tree over the same parameters, with PyG layers
+        swapped for :mod:`torch_geometric_lrp.nn` layers. Its forward equals
+        the original's; run it inside :func:`torch_geometric_lrp.relevance_pass`
+        to get relevance. The composite is stored as ``_lrp_rules``.
+
+    Raises
+    ------
+    UnsupportedModuleError
+        Listing every module the relevance pass does not know, with how to
+        declare it.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}.")
+    extra = tuple(k for k in (rules or {}) if isinstance(k, type))
+    unsupported = [(name or "<model>", type(m)) for name, m in model.named_modules() if not _is_supported(m, extra)]
+    if unsupported:
+        lines = "\n".join(f"  - {name} ({t.__module__}.{t.__qualname__})" for name, t in unsupported)
+        example = unsupported[0][1]
+        raise UnsupportedModuleError(
+            f"lrp.convert: {len(unsupported)} module(s) have no relevance support:\n{lines}\n"
+            f"If a module only computes with ops that have relevance rules (linear maps, sums, "
+            f"scatters, element-wise activations), declare it with "
+            f"lrp.register({example.__qualname__}) or give it a rule, e.g. "
+            f"lrp.convert(model, rules={{{example.__qualname__}: lrp.rules.Epsilon()}}); the relevance "
+            f"pass then checks its ops as it runs."
+        )
+    converted = _share_copy(model)
+    converted._lrp_rules = resolve_rules(converted, rules)
+    return converted
