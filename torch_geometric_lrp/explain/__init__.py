@@ -1,0 +1,5 @@
+"""Explanations from relevance: PyG ``ExplainerAlgorithm`` and one-call helpers."""
+from .algorithm import LRP
+from .api import explain, explain_nodes
+
+__all__ = ["LRP", "explain", "explain_nodes"]

@@ -1,0 +1,88 @@
+"""Edge relevance: the relevance that flowed through each input edge's messages.
+
+During a relevance pass, every message-passing layer's message tensor is
+watched: its gradient *is* the relevance of each message. A layer may
+propagate over more edges than the input has (self-loops it adds) or in
+another order, so messages are matched back to input edges by their
+``(source, target)`` pair (duplicates in order). Messages of self-loops that
+the layer added itself are not input edges: their relevance is kept per node
+in ``self_loops``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.conv import MessagePassing
+
+__all__ = ["EdgeRelevance", "match_edges"]
+
+
+def match_edges(edges: Tensor, messages: Tensor) -> Tensor:
+    """For each column of ``messages`` ``[2, M]``, the column of ``edges``
+    ``[2, E]`` with the same pair, or ``-1``. A pair that appears k times in
+    both is matched in order."""
+    if messages.numel() == 0 or edges.numel() == 0:
+        return torch.full((messages.shape[1],), -1, dtype=torch.long, device=messages.device)
+    n = int(max(int(edges.max()), int(messages.max()))) + 1
+    a = edges[0] * n + edges[1]
+    b = messages[0] * n + messages[1]
+    a_sorted, a_order = torch.sort(a, stable=True)
+    b_sorted, b_order = torch.sort(b, stable=True)
+    rank = torch.arange(b.numel(), device=b.device) - torch.searchsorted(b_sorted, b_sorted)
+    candidate = torch.searchsorted(a_sorted, b_sorted) + rank
+    found = candidate < a.numel()
+    found[found.clone()] = a_sorted[candidate[found]] == b_sorted[found]
+    match = torch.full_like(b, -1)
+    match[b_order[found]] = a_order[candidate[found]]
+    return match
+
+
+class EdgeRelevance:
+    """Collects per-edge relevance of every message-passing layer of ``model``
+    during one pass (a context manager; hooks are removed on exit)."""
+
+    def __init__(self, model: torch.nn.Module, edge_index: Tensor, num_nodes: int):
+        self.edge_index = edge_index
+        self.edge = torch.zeros(edge_index.shape[1], dtype=torch.float64, device=edge_index.device)
+        self.self_loops = torch.zeros(num_nodes, dtype=torch.float64, device=edge_index.device)
+        self.unmatched = 0.0  # relevance of messages over edges neither in the input nor loops
+        self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
+        self._hooks: list = []
+        self._current: dict[int, Optional[Tensor]] = {}
+
+    def __enter__(self) -> "EdgeRelevance":
+        for layer in self._layers:
+            self._hooks.append(layer.register_propagate_forward_pre_hook(self._remember_edges))
+            self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+    def _remember_edges(self, layer, inputs):
+        edge_index = inputs[0]
+        self._current[id(layer)] = edge_index if isinstance(edge_index, Tensor) and not edge_index.is_sparse \
+            and edge_index.layout == torch.strided else None
+
+    def _watch_messages(self, layer, inputs, messages):
+        edges = self._current.get(id(layer))
+        if edges is None or not (isinstance(messages, Tensor) and messages.requires_grad):
+            return None
+        match = match_edges(self.edge_index, edges)
+        node_dim = layer.node_dim % messages.dim()
+
+        def collect(relevance: Tensor) -> None:
+            dims = [d for d in range(relevance.dim()) if d != node_dim]
+            per_message = (relevance.sum(dim=dims) if dims else relevance).double()
+            matched = match >= 0
+            self.edge.index_add_(0, match[matched], per_message[matched])
+            loop = ~matched & (edges[0] == edges[1])
+            self.self_loops.index_add_(0, edges[0][loop], per_message[loop])
+            self.unmatched += per_message[~matched & ~loop].sum().item()
+
+        messages.register_hook(collect)
+        return None
