@@ -87,7 +87,11 @@ to float double half bfloat16 type type_as cpu cuda detach detach_ requires_grad
 masked_fill masked_fill_ index_fill index_fill_ flip roll pad where sort topk
 index_put index_put_ gather_csr data.__get__ new_zeros new_ones new_full new_empty
 zeros_like ones_like empty_like full_like
+values _coalesced_ sparse_coo_tensor sparse_csr_tensor
 """.split())
+# ``values`` / ``_coalesced_`` / ``sparse_*_tensor`` (added): PyG reads edge features
+# out of a torch.sparse adjacency and builds one with self-loops; these only move
+# the values (``coalesce``, which sums duplicates, is deliberately not a copy).
 
 # Element-wise activations and gates with the pass rule. In-place variants run
 # out of place (the relevance Function must own its output).
@@ -284,12 +288,20 @@ def _layer_norm(mode, input, normalized_shape, weight=None, bias=None, eps=1e-5)
     return R.layer_norm(input, normalized_shape, weight, bias, eps)
 
 
+# Output activations: the relevance of a class starts from its logit, the
+# input of these, which the mode remembers (see RelevanceMode.logits_of).
+_OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
+
+
 def _pass(fn):
     def handler(mode, input, *args, **kwargs):
         if not _carries(input) or _carries(args) or _carries(kwargs):
             return NotImplemented
         kwargs.pop("inplace", None)
-        return R.activation(input, lambda x, *a: fn(x, *a, **kwargs), *args)
+        out = R.activation(input, lambda x, *a: fn(x, *a, **kwargs), *args)
+        if fn in _OUTPUT_ACTIVATIONS:
+            mode._pre_activation[id(out)] = (out, input)
+        return out
     return handler
 
 
@@ -343,6 +355,13 @@ class RelevanceMode(TorchFunctionMode):
         self.names = {id(m): n for m, n in (names or {}).items()}
         self.modules: list[torch.nn.Module] = []  # the stack of running modules
         self.unsupported: Counter = Counter()
+        self._pre_activation: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def logits_of(self, out: Tensor) -> Tensor:
+        """The input of the softmax / log-softmax / sigmoid that produced
+        ``out`` in this pass (the logits), or ``out`` itself."""
+        pair = self._pre_activation.get(id(out))
+        return pair[1] if pair is not None and pair[0] is out else out
 
     def current_rule(self) -> Rule:
         for module in reversed(self.modules):
