@@ -4,7 +4,6 @@ import runpy
 from pathlib import Path
 
 import pytest
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,8 +12,11 @@ def test_readme_example_conserves(capsys):
     code = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
-    x, seed, audit = namespace["x"], namespace["seed"], namespace["audit"]
-    assert (x.grad.sum() + audit.absorbed + audit.lost).item() == pytest.approx(seed.sum().item(), rel=1e-4)
+    explanation = namespace["explanation"]
+    assert explanation.node_mask.shape == (34, 34) and explanation.edge_mask.shape == (156,)
+    total = explanation.relevance_total + explanation.absorbed + explanation.lost
+    assert total == pytest.approx(explanation.score, rel=1e-4)
+    assert explanation.node_mask[33].abs().sum() == 0  # node 33 is 3 hops from node 5: outside 2 layers
 
 
 def test_demo_prints_conserving_relevance(capsys):

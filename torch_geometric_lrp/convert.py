@@ -19,6 +19,7 @@ from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregat
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 from torch_geometric.nn.sequential import Sequential as PyGSequential
+from torch_geometric.utils._trim_to_layer import TrimToLayer
 
 from . import nn as lrp_nn
 from .rules import Epsilon, Gamma, Rule
@@ -40,6 +41,7 @@ _SUPPORTED: set[type] = {
     # PyG building blocks
     pyg_nn.Linear, pyg_nn.MLP, pyg_nn.MetaLayer, pyg_nn.BatchNorm,
     SumAggregation, MeanAggregation, MaxAggregation, MinAggregation,
+    TrimToLayer,  # BasicGNN's helper for NeighborLoader batches: slicing only
     *LRP_LAYERS, *LRP_LAYERS.values(),
 }
 # Bases whose generated or user-facing subclasses are supported as a family.

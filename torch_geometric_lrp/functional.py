@@ -72,6 +72,7 @@ __all__ = [
 ]
 
 DEFAULT_RULE: Rule = Epsilon()
+_BLOCK = 1 << 20  # elements per block of rows in the linear backward
 
 
 def _record(op: str, relevance_out: Tensor, dropped, *relevance_in) -> None:
@@ -169,9 +170,21 @@ class _Linear(Function):
     @staticmethod
     def backward(ctx, relevance):
         x, weight, bias, out = ctx.saved_tensors
-        r, dropped = ctx.rule.linear(x, weight, bias, out, relevance)
-        _record("linear", relevance, dropped, r)
-        return r, None, None, None
+        # Rows are independent: apply the rule block by block, so that its
+        # temporaries stay small (peak memory close to the plain backward's).
+        xs, outs = x.reshape(-1, x.shape[-1]), out.reshape(-1, out.shape[-1])
+        rel = relevance.reshape(-1, out.shape[-1])
+        r = torch.empty_like(xs)
+        dropped = [] if audit.is_active() else None
+        step = max(1, _BLOCK // max(xs.shape[1], outs.shape[1]))
+        for start in range(0, xs.shape[0], step):
+            rows = slice(start, start + step)
+            r[rows], d = ctx.rule.linear(xs[rows], weight, bias, outs[rows], rel[rows])
+            if dropped is not None:
+                dropped.append(torch.zeros_like(outs[rows], dtype=torch.bool) if d is None else d)
+        if dropped is not None:
+            _record("linear", rel, torch.cat(dropped) if dropped else None, r)
+        return r.view(x.shape), None, None, None
 
 
 def linear(

@@ -48,7 +48,8 @@ def stabilize(z: Tensor, epsilon: float) -> Tensor:
     :math:`\mathrm{sign}(0) = +1`."""
     if epsilon == 0:
         return z
-    return z + torch.where(z >= 0, epsilon, -epsilon).to(z.dtype)
+    # copysign keeps the sign of zero: +0.0 -> +eps (and -0.0 -> -eps)
+    return torch.copysign(torch.tensor(epsilon, dtype=z.dtype, device=z.device), z).add_(z)
 
 
 def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
@@ -59,8 +60,12 @@ def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, 
     no input contributed to them.
     """
     dropped = z == 0
-    s = relevance / stabilize(z, epsilon)
-    return torch.where(dropped, torch.zeros((), dtype=s.dtype, device=s.device), s), dropped
+    denominator = stabilize(z, epsilon)
+    if denominator is not z and denominator.shape == torch.broadcast_shapes(relevance.shape, z.shape):
+        s = torch.div(relevance, denominator, out=denominator)  # reuse the temporary
+    else:
+        s = relevance / denominator
+    return s.masked_fill_(dropped, 0), dropped
 
 
 class Rule:
@@ -94,7 +99,7 @@ class Epsilon(Rule):
 
     def linear(self, x, weight, bias, out, relevance):
         s, dropped = divide(relevance, out, self.epsilon)
-        return x * (s @ weight), dropped
+        return (s @ weight).mul_(x), dropped
 
 
 @dataclass(frozen=True)
@@ -116,7 +121,7 @@ class Gamma(Rule):
         w = weight + self.gamma * weight.clamp(min=0)
         b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
         s, dropped = divide(relevance, F.linear(x, w, b), self.epsilon)
-        return x * (s @ w), dropped
+        return (s @ w).mul_(x), dropped
 
 
 @dataclass(frozen=True)
