@@ -80,11 +80,29 @@ class GATv2Conv(pyg_nn.GATv2Conv):
                                    index, ptr, dim_size)
 
 
+def _detach_inputs(module, args):
+    return tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
+
+
 class TransformerConv(pyg_nn.TransformerConv):
     """:class:`torch_geometric.nn.TransformerConv`; attention coefficients are
     constants, relevance flows through the values (and edge features added to
-    them). With ``beta=True`` the learned skip gate multiplies two signals and
-    splits relevance evenly between them (:func:`~torch_geometric_lrp.functional.product`)."""
+    them). With ``beta=True`` the learned skip gate
+    ``beta = sigmoid(lin_beta([out, x_r, out - x_r]))`` is a constant too, so
+    ``beta * x_r + (1 - beta) * out`` splits relevance between the skip and
+    the aggregated messages in proportion to their contributions."""
+
+    def forward(self, x, edge_index, edge_attr: OptTensor = None, return_attention_weights=None):
+        # Fix: the gate used to carry relevance, which made ``1 - beta`` an add
+        # with the constant 1 that absorbed (or created) relevance, breaking
+        # conservation. Inside a pass, lin_beta now sees detached inputs.
+        if self.lin_beta is None or not is_active():
+            return super().forward(x, edge_index, edge_attr, return_attention_weights)
+        handle = self.lin_beta.register_forward_pre_hook(_detach_inputs)
+        try:
+            return super().forward(x, edge_index, edge_attr, return_attention_weights)
+        finally:
+            handle.remove()
 
     def message(self, query_i: Tensor, key_j: Tensor, value_j: Tensor, edge_attr: OptTensor,
                 index: Tensor, ptr: OptTensor, size_i: Optional[int]) -> Tensor:
