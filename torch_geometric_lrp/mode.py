@@ -291,6 +291,9 @@ def _layer_norm(mode, input, normalized_shape, weight=None, bias=None, eps=1e-5)
 # Output activations: the relevance of a class starts from its logit, the
 # input of these, which the mode remembers (see RelevanceMode.logits_of).
 _OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
+# Autograd nodes of reshapes that keep the order of elements.
+_ORDER_KEEPING = frozenset({"ViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward",
+                            "CloneBackward", "UnsafeViewBackward", "AliasBackward"})
 
 
 def _pass(fn):
@@ -300,7 +303,7 @@ def _pass(fn):
         kwargs.pop("inplace", None)
         out = R.activation(input, lambda x, *a: fn(x, *a, **kwargs), *args)
         if fn in _OUTPUT_ACTIVATIONS:
-            mode._pre_activation[id(out)] = (out, input)
+            mode._pre_activation[out.grad_fn] = input
         return out
     return handler
 
@@ -355,13 +358,21 @@ class RelevanceMode(TorchFunctionMode):
         self.names = {id(m): n for m, n in (names or {}).items()}
         self.modules: list[torch.nn.Module] = []  # the stack of running modules
         self.unsupported: Counter = Counter()
-        self._pre_activation: dict[int, tuple[Tensor, Tensor]] = {}
+        self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
 
     def logits_of(self, out: Tensor) -> Tensor:
-        """The input of the softmax / log-softmax / sigmoid that produced
-        ``out`` in this pass (the logits), or ``out`` itself."""
-        pair = self._pre_activation.get(id(out))
-        return pair[1] if pair is not None and pair[0] is out else out
+        """The logits under ``out``: the input of the softmax / log-softmax /
+        sigmoid that produced ``out`` in this pass, seen through reshapes
+        that keep the order of elements (``view``, ``squeeze``, ...), reshaped
+        like ``out``; or ``out`` itself."""
+        node = out.grad_fn
+        while node is not None and node not in self._pre_activation and \
+                type(node).__name__.rstrip("0123456789") in _ORDER_KEEPING:
+            node = node.next_functions[0][0]
+        logits = self._pre_activation.get(node)
+        if logits is None or logits.numel() != out.numel():
+            return out
+        return logits.reshape(out.shape)
 
     def current_rule(self) -> Rule:
         for module in reversed(self.modules):

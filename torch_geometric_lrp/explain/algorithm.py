@@ -149,6 +149,26 @@ def explanation_from(result: RelevanceResult, node_mask_type, edge_mask_type, vi
     return explanation
 
 
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _structure(model: torch.nn.Module) -> tuple:
+    """What a converted copy was made from: every module, parameter and buffer
+    object of ``model`` (weakly, by identity) and the plain settings of every
+    module (numbers, strings, flags; not ``training``, which the pass sets).
+    A cached copy keeps the old objects, so replacing any of them (module
+    assignment, ``load_state_dict(assign=True)``, a new ``Parameter``)
+    must reconvert, or explanations silently use the old weights."""
+    objects = [*model.modules(), *model.parameters(), *model.buffers()]
+    settings = tuple(tuple((k, v) for k, v in vars(m).items() if k != "training" and isinstance(v, _PLAIN))
+                     for m in model.modules())
+    return [weakref.ref(o) for o in objects], settings
+
+
+def _same_structure(old: tuple, new: tuple) -> bool:
+    return len(old[0]) == len(new[0]) and all(a() is b() for a, b in zip(old[0], new[0])) and old[1] == new[1]
+
+
 class LRP(ExplainerAlgorithm):
     r"""Layer-wise Relevance Propagation for PyG's :class:`~torch_geometric.explain.Explainer`.
 
@@ -191,14 +211,17 @@ class LRP(ExplainerAlgorithm):
         self.rules = rules
         self.mask = mask
         self.strict = strict
-        self._converted: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+        self._converted: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
     def lrp_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The LRP-ready version of ``model`` (converted on first use)."""
-        converted = self._converted.get(model)
-        if converted is None:
-            converted = self._converted[model] = convert(model, self.rules)
-        return converted
+        """The LRP-ready version of ``model`` (converted on first use, and
+        again when the model's modules, parameters, buffers or settings were
+        replaced since: the copy holds the objects it was made from)."""
+        cached = self._converted.get(model)
+        structure = _structure(model)
+        if cached is None or not _same_structure(cached[1], structure):
+            cached = self._converted[model] = (convert(model, self.rules), structure)
+        return cached[0]
 
     def forward(self, model: torch.nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
                 index: Optional[Union[int, Tensor]] = None, **kwargs) -> Explanation:

@@ -12,6 +12,7 @@ from torch_geometric.utils import k_hop_subgraph
 from tqdm.auto import tqdm
 
 from ..convert import convert
+from ..mode import relevance_pass
 from .algorithm import LRP, MASK_VIEWS, run_relevance
 
 __all__ = ["explain", "explain_nodes", "infer_task_level", "infer_mode", "infer_return_type", "count_hops"]
@@ -20,13 +21,15 @@ __all__ = ["explain", "explain_nodes", "infer_task_level", "infer_mode", "infer_
 def infer_task_level(out: Tensor, x: Tensor, edge_index: Tensor, index, kwargs: dict) -> str:
     """``'node'``, ``'edge'`` or ``'graph'`` from the shape of the model output."""
     batch = kwargs.get("batch")
+    label_index = kwargs.get("edge_label_index")
+    # edge_label_index first: with as many label pairs as nodes, the node
+    # check below would otherwise call a link predictor node-level.
+    if isinstance(label_index, Tensor) and label_index.dim() == 2 and out.shape[0] == label_index.shape[1]:
+        return "edge"
     if out.shape[0] == x.shape[0]:
         return "node"
     if isinstance(batch, Tensor) and batch.numel() and out.shape[0] == int(batch.max()) + 1:
         return "graph"
-    label_index = kwargs.get("edge_label_index")
-    if isinstance(label_index, Tensor) and out.shape[0] == label_index.shape[1]:
-        return "edge"
     if isinstance(edge_index, Tensor) and edge_index.dim() == 2 and out.shape[0] == edge_index.shape[1]:
         return "edge"
     if out.shape[0] == 1:
@@ -49,9 +52,16 @@ def infer_mode(out: Tensor, target: Optional[Tensor]) -> str:
     )
 
 
-def infer_return_type(out: Tensor, mode: str) -> str:
-    """``'log_probs'`` / ``'probs'`` when the output rows look like them, else ``'raw'``."""
-    if mode == "regression":
+def infer_return_type(out: Tensor, mode: str, activated: Optional[bool] = None) -> str:
+    """``'log_probs'`` / ``'probs'`` when the output rows look like them, else ``'raw'``.
+
+    ``activated`` says whether the output came out of a final softmax /
+    log-softmax / sigmoid, where that is known.
+    """
+    if mode == "regression" or activated is False and mode == "binary_classification":
+        # Values cannot tell raw binary logits that all lie in [0, 1] from
+        # probabilities (a "probs" guess made PyG threshold them at 0.5 and
+        # explain the wrong class), so without a final sigmoid it is raw.
         return "raw"
     if mode == "binary_classification":
         return "probs" if bool(((out >= 0) & (out <= 1)).all()) else "raw"
@@ -76,14 +86,18 @@ def count_hops(model: torch.nn.Module) -> int:
     return hops
 
 
-def _forward(model: torch.nn.Module, x, edge_index, kwargs) -> Tensor:
-    training = model.training
-    try:
-        model.eval()
-        with torch.no_grad():
-            return model(x, edge_index, **kwargs)
-    finally:
-        model.train(training)
+def _probe(model: torch.nn.Module, x: Tensor, edge_index, kwargs) -> tuple[Tensor, bool]:
+    """The model's output, and whether it comes out of a final softmax /
+    log-softmax / sigmoid: one forward in a relevance pass of an LRP-ready
+    copy (the model itself is not touched), read with
+    :meth:`~torch_geometric_lrp.RelevanceMode.logits_of`."""
+    lrp_model = convert(model)
+    with relevance_pass(lrp_model) as pass_:
+        out = lrp_model(x.detach().clone().requires_grad_(), edge_index, **kwargs)
+        if not isinstance(out, Tensor):
+            raise TypeError(f"explain: the model must return one tensor, got {type(out).__name__}.")
+        activated = pass_.logits_of(out) is not out
+    return out.detach(), activated
 
 
 def explain(
@@ -109,16 +123,15 @@ def explain(
     the task level from the output's shape and ``index`` / ``batch``, the mode
     (multiclass for several outputs per row; regression for a float
     ``target``; a one-output model must say ``mode=``), the return type from
-    the output values. With ``target=None`` the model's own prediction is
-    explained (``explanation_type='model'``), else that target
-    (``'phenomenon'``).
+    whether the model ends in a softmax / log-softmax / sigmoid and the
+    output values (a one-output model without a final sigmoid is raw).
+    With ``target=None`` the model's own prediction is explained
+    (``explanation_type='model'``), else that target (``'phenomenon'``).
     """
-    out = _forward(model, x, edge_index, kwargs)
-    if not isinstance(out, Tensor):
-        raise TypeError(f"explain: the model must return one tensor, got {type(out).__name__}.")
+    out, activated = _probe(model, x, edge_index, kwargs)
     task_level = task_level or infer_task_level(out, x, edge_index, index, kwargs)
     mode = mode or infer_mode(out, target)
-    return_type = return_type or infer_return_type(out, mode)
+    return_type = return_type or infer_return_type(out, mode, activated)
     explainer = Explainer(
         model,
         algorithm=LRP(rules=rules, mask=mask),
@@ -127,7 +140,15 @@ def explain(
         edge_mask_type=edge_mask_type,
         model_config=dict(mode=mode, task_level=task_level, return_type=return_type),
     )
-    return explainer(x, edge_index, target=target, index=index, **kwargs)
+    # PyG's Explainer restores only the root's training flag (model.train(flag)
+    # overwrites submodules left in eval mode), and nothing when the
+    # explanation raises (e.g. an op without a relevance rule): do it here.
+    training = [(module, module.training) for module in model.modules()]
+    try:
+        return explainer(x, edge_index, target=target, index=index, **kwargs)
+    finally:
+        for module, flag in training:
+            module.training = flag
 
 
 def _slice_kwargs(kwargs: dict, nodes: Tensor, edges: Tensor, num_nodes: int, num_edges: int) -> dict:
@@ -199,6 +220,14 @@ def explain_nodes(
     """
     index = torch.as_tensor(index, dtype=torch.long).view(-1)
     lrp_model = convert(model, rules)
+    # Every batch is a new graph: layers that cache their normalised graph
+    # (GCNConv, SGConv, APPNP with cached=True) must not reuse the input
+    # graph's or the previous batch's. Changed on the converted copy only.
+    for module in lrp_model.modules():
+        if getattr(module, "cached", None) is True:
+            module.cached = False
+            for key in [k for k in vars(module) if k.startswith("_cached_")]:
+                setattr(module, key, None)
     hops = count_hops(lrp_model) if num_hops is None else num_hops
     flow = next((m.flow for m in lrp_model.modules() if isinstance(m, MessagePassing)), "source_to_target")
     n, e = x.shape[0], edge_index.shape[1]
@@ -220,7 +249,7 @@ def explain_nodes(
         local = torch.tensor([int(p[2]) + o for p, o in zip(pieces, node_offsets)])
         batch_kwargs = _slice_kwargs(kwargs, nodes, torch.cat(edge_ids), n, e)
         if model_mode is None:
-            out = _forward(lrp_model, x[nodes], batch_edge_index, batch_kwargs)
+            out, _ = _probe(lrp_model, x[nodes], batch_edge_index, batch_kwargs)
             model_mode = ModelMode(infer_mode(out, target))
         result = run_relevance(lrp_model, x[nodes], batch_edge_index, index=local, mode=model_mode,
                                target=None if target is None else target[start:start + batch_size],
