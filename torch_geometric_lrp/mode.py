@@ -89,7 +89,7 @@ index_put index_put_ gather_csr data.__get__ new_zeros new_ones new_full new_emp
 zeros_like ones_like empty_like full_like
 values _coalesced_ sparse_coo_tensor sparse_csr_tensor
 """.split())
-# ``values`` / ``_coalesced_`` / ``sparse_*_tensor`` (added): PyG reads edge features
+# ``values`` / ``_coalesced_`` / ``sparse_*_tensor``: PyG reads edge features
 # out of a torch.sparse adjacency and builds one with self-loops; these only move
 # the values (``coalesce``, which sums duplicates, is deliberately not a copy).
 
