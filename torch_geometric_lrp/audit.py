@@ -28,8 +28,8 @@ _open_audits: list["RelevanceAudit"] = []
 class RelevanceAudit:
     r"""Collects lost and absorbed relevance of every relevance op run while open.
 
-    Example
-    -------
+    Examples
+    --------
     >>> with RelevanceAudit() as audit:
     ...     y.backward(relevance)
     >>> audit.lost, audit.absorbed, audit.by_op

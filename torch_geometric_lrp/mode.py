@@ -443,8 +443,8 @@ def relevance_pass(
     ``rules`` defaults to the composite that :func:`torch_geometric_lrp.convert`
     stored on ``model``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = x.clone().requires_grad_()
     >>> with lrp.relevance_pass(model):
     ...     out = model(x, edge_index)

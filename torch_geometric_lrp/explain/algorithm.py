@@ -176,19 +176,6 @@ class LRP(ExplainerAlgorithm):
     once (:func:`torch_geometric_lrp.convert`, cached per model; it shares the
     model's parameters) and is never modified.
 
-    Parameters
-    ----------
-    rules : dict, optional
-        A composite for :func:`torch_geometric_lrp.convert` (default: its
-        default composite).
-    mask : {'signed', 'abs', 'positive'}
-        How relevance appears in the masks. Relevance is signed (negative:
-        evidence against the target); ``'abs'`` and ``'positive'`` are views
-        for PyG's thresholds and visualisers, which read larger as more important.
-    strict : bool
-        Raise on ops without a relevance rule (default) instead of only
-        counting them.
-
     The returned :class:`~torch_geometric.explain.Explanation` has
 
     * ``node_mask``: relevance of ``x`` (``attributes``: ``[N, F]``;
@@ -202,6 +189,19 @@ class LRP(ExplainerAlgorithm):
     * ``score`` (the seeded target score: the target's logit), ``relevance_total``
       (relevance on the inputs), ``lost`` and ``absorbed``:
       ``score = relevance_total + absorbed + lost``.
+
+    Parameters
+    ----------
+    rules : dict, optional
+        A composite for :func:`torch_geometric_lrp.convert` (default: its
+        default composite).
+    mask : {'signed', 'abs', 'positive'}
+        How relevance appears in the masks. Relevance is signed (negative:
+        evidence against the target); ``'abs'`` and ``'positive'`` are views
+        for PyG's thresholds and visualisers, which read larger as more important.
+    strict : bool
+        Raise on ops without a relevance rule (default) instead of only
+        counting them.
     """
 
     def __init__(self, rules: Optional[dict] = None, mask: str = "signed", strict: bool = True):
