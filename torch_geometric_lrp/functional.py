@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 DEFAULT_RULE: Rule = Epsilon()
-_BLOCK = 1 << 20  # elements per block of rows in the linear backward
+_BLOCK = 1 << 21  # elements per block of rows in the linear backward (8 MiB in float32)
 
 
 def _record(op: str, relevance_out: Tensor, dropped, *relevance_in) -> None:
