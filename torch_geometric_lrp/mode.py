@@ -64,13 +64,23 @@ def _carries(obj: Any) -> bool:
     return False
 
 
+_names: dict = {}  # func -> short name (resolve_name is slow: cache it)
+
+
 def _op_name(func: Callable) -> str:
-    name = resolve_name(func)
-    if name is None:
-        return getattr(func, "__name__", repr(func))
+    try:
+        return _names[func]
+    except (KeyError, TypeError):
+        pass
+    name = resolve_name(func) or getattr(func, "__name__", repr(func))
     for prefix in ("torch.Tensor.", "torch.nn.functional.", "torch_scatter.", "torch."):
         if name.startswith(prefix):
-            return name[len(prefix):]
+            name = name[len(prefix):]
+            break
+    try:
+        _names[func] = name
+    except TypeError:  # unhashable callable
+        pass
     return name
 
 

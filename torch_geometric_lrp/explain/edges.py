@@ -51,6 +51,7 @@ class EdgeRelevance:
         self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
+        self._last: Optional[tuple[Tensor, Tensor]] = None
 
     def __enter__(self) -> "EdgeRelevance":
         for layer in self._layers:
@@ -68,11 +69,21 @@ class EdgeRelevance:
         self._current[id(layer)] = edge_index if isinstance(edge_index, Tensor) and not edge_index.is_sparse \
             and edge_index.layout == torch.strided else None
 
+    def _match(self, edges: Tensor) -> Tensor:
+        """``match_edges`` against the input, reusing the last match when a
+        layer propagates over the same edges as the previous one."""
+        if self._last is not None and self._last[0].shape == edges.shape and torch.equal(self._last[0], edges):
+            return self._last[1]
+        match = match_edges(self.edge_index, edges)
+        self._last = (edges, match)
+        return match
+
     def _watch_messages(self, layer, inputs, messages):
         edges = self._current.get(id(layer))
         if edges is None or not (isinstance(messages, Tensor) and messages.requires_grad):
             return None
-        match = match_edges(self.edge_index, edges)
+        with torch._C.DisableTorchFunction():  # bookkeeping: no relevance rules needed
+            match = self._match(edges)
         node_dim = layer.node_dim % messages.dim()
 
         def collect(relevance: Tensor) -> None:
