@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
+import peak_memory  # beside this module
 import torch
 import torch.nn.functional as F
 import torch_geometric
@@ -583,33 +584,7 @@ def evaluator_for(trained: Trained) -> Explainer:
 # Measurement and reporting
 # ---------------------------------------------------------------------------
 
-def _status_kib(field_name: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    raise KeyError(field_name)
-
-
-def can_track_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        _status_kib("VmHWM")
-        return True
-    except OSError:
-        return False
-
-
-def reset_peak() -> int:
-    """Reset VmHWM (peak resident set) to the current RSS; return the RSS in bytes."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return _status_kib("VmRSS") * 1024
-
-
-def peak() -> int:
-    return _status_kib("VmHWM") * 1024
+can_track_peak, reset_peak, peak = peak_memory.can_track, peak_memory.reset, peak_memory.peak
 
 
 def header(title: str, argv: list[str], seed: int, extra: list[str] = ()) -> str:

@@ -69,6 +69,8 @@ from torch_geometric.utils import scatter as pyg_scatter
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 from torch_geometric_lrp import functional as lrp  # noqa: E402
 
+import peak_memory  # noqa: E402  (beside this script)
+
 try:
     import torch_scatter  # noqa: F401
     HAVE_TORCH_SCATTER = True
@@ -101,38 +103,6 @@ class Result:
 
 
 # ----------------------------------------------------------------------------
-# memory: peak resident set size of this process (Linux /proc)
-# ----------------------------------------------------------------------------
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def _can_track_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        _status_kib("VmHWM")
-        return True
-    except (OSError, KeyError):
-        return False
-
-
-def _reset_peak() -> int:
-    """Reset VmHWM to the current RSS; return the current RSS in bytes."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return _status_kib("VmRSS") * 1024
-
-
-def _peak() -> int:
-    return _status_kib("VmHWM") * 1024
-
-
-# ----------------------------------------------------------------------------
 # timing
 # ----------------------------------------------------------------------------
 def measure_backward(forward: Forward, track_peak: bool) -> tuple[float, Optional[int]]:
@@ -140,11 +110,11 @@ def measure_backward(forward: Forward, track_peak: bool) -> tuple[float, Optiona
     (seconds, peak extra bytes or None)."""
     out, seed, leaves = forward()
     gc.collect()
-    base = _reset_peak() if track_peak else 0
+    base = peak_memory.reset() if track_peak else 0
     start = time.perf_counter()
     out.backward(seed)
     seconds = time.perf_counter() - start
-    peak = _peak() - base if track_peak else None
+    peak = peak_memory.peak() - base if track_peak else None
     for leaf in leaves:
         leaf.grad = None
     return seconds, peak
@@ -303,7 +273,7 @@ def main(argv=None) -> None:
     torch.manual_seed(args.seed)
     scale = 100 if args.small else 1
     rows, edges, groups = 100_000 // scale, 1_000_000 // scale, 50_000 // scale
-    track_peak = _can_track_peak()
+    track_peak = peak_memory.can_track()
 
     print(
         f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads, "
