@@ -5,7 +5,6 @@ own forward. Each must: convert; give the same output; conserve relevance
 (bias-free: input relevance = seed; with biases: input + absorbed + lost =
 seed); and leave the original model exactly as it was.
 """
-import copy
 
 import pytest
 import torch
