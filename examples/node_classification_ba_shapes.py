@@ -18,22 +18,19 @@ from __future__ import annotations
 import argparse
 import time
 
-import matplotlib
+import matplotlib.pyplot as plt
+import networkx as nx
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.datasets import ExplainerDataset
+from torch_geometric.datasets.graph_generator import BAGraph
+from torch_geometric.nn import GCN
+from torch_geometric.utils import k_hop_subgraph
 
-matplotlib.use("Agg")  # write files, open no window
-import matplotlib.pyplot as plt  # noqa: E402
-import networkx as nx  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import Tensor  # noqa: E402
-from torch_geometric.data import Data  # noqa: E402
-from torch_geometric.datasets import ExplainerDataset  # noqa: E402
-from torch_geometric.datasets.graph_generator import BAGraph  # noqa: E402
-from torch_geometric.nn import GCN  # noqa: E402
-from torch_geometric.utils import k_hop_subgraph  # noqa: E402
-
-import torch_geometric_lrp as lrp  # noqa: E402
+import torch_geometric_lrp as lrp
 
 CLASSES = ["base graph", "house middle", "house bottom", "house top"]  # middle: the two nodes under the roof
 
@@ -111,7 +108,7 @@ def draw(path: str, data: Data, node: int, subset: Tensor, edge_mask: Tensor, re
     pos = nx.spring_layout(graph, seed=0)
     fig, ax = plt.subplots(figsize=(6, 6))
     nx.draw_networkx_edges(graph, pos, edgelist=edges, width=width, edge_color=color,
-                           edge_cmap=plt.cm.Blues, edge_vmin=-0.3, edge_vmax=1.0, ax=ax)
+                           edge_cmap=plt.cm.Blues, edge_vmin=-0.6, edge_vmax=1.0, ax=ax)
     nx.draw_networkx_nodes(graph, pos, nodelist=nodes, node_color=node_color, node_size=160,
                            edgecolors="black", linewidths=0.5, ax=ax)
     nx.draw_networkx_labels(graph, pos, font_size=6, ax=ax)
@@ -164,15 +161,17 @@ def main(argv=None) -> None:
           f"+ lost {explanation.lost:+.6f} = sum {total:+.6f} vs score {explanation.score:+.6f}")
 
     # Every correctly predicted motif node, many per relevance pass.
-    explanations = lrp.explain_nodes(model, data.x, data.edge_index, correct_motif, mask="abs", batch_size=128)
-    scores = []
-    for target, ex in zip(correct_motif.tolist(), explanations):
-        _, _, _, hops = k_hop_subgraph(target, args.layers, data.edge_index, num_nodes=data.num_nodes)
-        keep = hops[ex.edge_id]  # the subgraph's edges that lie in the computation subgraph
-        scores.append(auroc(ex.edge_mask[keep], data.edge_mask[ex.edge_id][keep]))
-    scores = torch.tensor(scores)
-    print(f"mean edge AUROC over {scores.numel()} correctly predicted motif nodes: {scores.nanmean():.4f} "
-          f"(min {scores.min():.4f})")
+    if correct_motif.numel():
+        explanations = lrp.explain_nodes(model, data.x, data.edge_index, correct_motif, mask="abs",
+                                         batch_size=128)
+        scores = []
+        for target, ex in zip(correct_motif.tolist(), explanations):
+            _, _, _, hops = k_hop_subgraph(target, args.layers, data.edge_index, num_nodes=data.num_nodes)
+            keep = hops[ex.edge_id]  # the subgraph's edges that lie in the computation subgraph
+            scores.append(auroc(ex.edge_mask[keep], data.edge_mask[ex.edge_id][keep]))
+        scores = torch.tensor(scores)
+        print(f"mean edge AUROC over {scores.numel()} correctly predicted motif nodes: "
+              f"{scores.nanmean():.4f} (min {scores.nan_to_num(1.0).min():.4f})")
 
     title = (f"node {node} ({CLASSES[int(data.y[node])]}): edge width = |LRP relevance|, "
              f"AUROC {score:.3f}\nred: explained node, orange: house nodes")
