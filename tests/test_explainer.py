@@ -17,6 +17,7 @@ back exactly as it was.
 from __future__ import annotations
 
 import copy
+import importlib
 import itertools
 
 import pytest
@@ -990,6 +991,178 @@ def test_explain_nodes_larger_graph(name):
         torch.testing.assert_close(ex.node_mask, full.node_mask[ex.node_index], rtol=0, atol=1e-5)
         torch.testing.assert_close(ex.edge_mask, full.edge_mask[ex.edge_id], rtol=0, atol=1e-5)
         assert ex.score == pytest.approx(full.score, rel=1e-5, abs=1e-6)
+
+
+# ===========================================================================
+# 6b. LRP(subgraph=True): the pass on the targets' computation subgraph
+# ===========================================================================
+def sparse_graph():
+    """A ring of 48 nodes with a few chords: a 2-layer model's computation
+    subgraph (3 hops) is a small part of it."""
+    g = torch.Generator().manual_seed(11)
+    n = 48
+    x = torch.randn(n, F_IN, generator=g)
+    edge_index = ring_with_chords(n, 3, g)
+    edge_index = torch.cat([edge_index, torch.tensor([[40], [5]])], dim=1)  # one directed edge
+    return x, edge_index
+
+
+@pytest.fixture
+def pass_sizes(monkeypatch):
+    """The number of nodes of every relevance pass LRP runs."""
+    algorithm = importlib.import_module("torch_geometric_lrp.explain.algorithm")  # lrp.explain is a function
+    sizes, real = [], algorithm.run_relevance
+
+    def spy(lrp_model, x, *args, **kwargs):
+        sizes.append(x.shape[0])
+        return real(lrp_model, x, *args, **kwargs)
+
+    monkeypatch.setattr(algorithm, "run_relevance", spy)
+    return sizes
+
+
+def assert_same_explanation(a: Explanation, b: Explanation):
+    for key in ("node_mask", "edge_mask", "self_loop_relevance", "edge_attr_mask"):
+        if key in b:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-5, msg=key)
+    for key in ("score", "relevance_total", "absorbed", "lost"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), key
+
+
+@pytest.mark.parametrize("index", [5, [5, 6], [0, 24, 24]])
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_subgraph_equals_full_graph(name, index, pass_sizes):
+    model = build(name)
+    x, edge_index = sparse_graph()
+    index = index if isinstance(index, int) else torch.tensor(index)
+    on_subgraph = lrp.explain(model, x, edge_index, index=index)
+    on_full_graph = lrp.explain(model, x, edge_index, index=index, subgraph=False)
+    assert pass_sizes[0] < x.shape[0] // 2 and pass_sizes[1] == x.shape[0]
+    assert_same_explanation(on_subgraph, on_full_graph)
+
+
+@pytest.mark.parametrize("mode,return_type", [("binary_classification", "probs"), ("regression", "raw"),
+                                              ("multiclass_classification", "log_probs")])
+def test_subgraph_equals_full_graph_in_other_modes(mode, return_type, pass_sizes):
+    model = build("gcn", mode, return_type)
+    x, edge_index = sparse_graph()
+    extra = {} if mode == "multiclass_classification" else {"mode": mode}
+    a = lrp.explain(model, x, edge_index, index=torch.tensor([3, 30]), **extra)
+    b = lrp.explain(model, x, edge_index, index=torch.tensor([3, 30]), subgraph=False, **extra)
+    assert pass_sizes[0] < x.shape[0]
+    assert_same_explanation(a, b)
+
+
+def test_subgraph_with_a_target_per_node(pass_sizes):
+    """Phenomenon explanations: a target for every node is cut to the subgraph."""
+    model = build("gat")
+    x, edge_index = sparse_graph()
+    target = torch.arange(x.shape[0]) % C
+    a, b = (lrp.explain(model, x, edge_index, index=torch.tensor([7, 8]), target=target, subgraph=s)
+            for s in (True, False))
+    assert pass_sizes[0] < x.shape[0]
+    assert_same_explanation(a, b)
+    assert a.target.tolist() == target.tolist()  # PyG's Explainer keeps the full target
+
+
+def test_subgraph_cuts_edge_inputs(pass_sizes):
+    torch.manual_seed(0)
+    x, edge_index = sparse_graph()
+    edge_attr = torch.randn(edge_index.shape[1], 4, generator=torch.Generator().manual_seed(5))
+    edge_weight = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(6)) + 0.5
+    gine = GINE(C).eval()
+    a, b = (lrp.explain(gine, x, edge_index, index=9, edge_attr=edge_attr, subgraph=s) for s in (True, False))
+    assert_same_explanation(a, b)
+    gcn = build("gcn")
+
+    class Weighted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = gcn
+
+        def forward(self, x, edge_index, edge_weight):
+            h = F.relu(self.inner.conv1(x, edge_index, edge_weight))
+            return self.inner.conv2(h, edge_index, edge_weight)
+
+    weighted = Weighted().eval()
+    c, d = (lrp.explain(weighted, x, edge_index, index=9, edge_weight=edge_weight, subgraph=s)
+            for s in (True, False))
+    assert_same_explanation(c, d)
+    assert pass_sizes[0] < x.shape[0] and pass_sizes[2] < x.shape[0]
+
+
+def test_subgraph_with_a_cached_gcn(pass_sizes):
+    """The subgraph is a new graph: the copy does not reuse the full graph's
+    normalisation, and the user's model keeps its cache."""
+    torch.manual_seed(0)
+    model = CachedGCN(C).eval()
+    x, edge_index = sparse_graph()
+    with torch.no_grad():
+        model(x, edge_index)
+    cache = model.conv1._cached_edge_index
+    a, b = (lrp.explain(model, x, edge_index, index=12, subgraph=s) for s in (True, False))
+    assert pass_sizes[0] < x.shape[0]
+    assert_same_explanation(a, b)
+    assert model.conv1._cached_edge_index is cache and model.conv1.cached
+
+
+def test_subgraph_is_skipped_for_inputs_it_cannot_cut(pass_sizes):
+    """A tensor input that is neither per node nor per edge (here a dense
+    ``[N, N]`` matrix) leaves the pass on the full graph."""
+    gcn = build("gcn")
+
+    class WithDense(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = gcn
+
+        def forward(self, x, edge_index, dense):
+            return self.inner(x, edge_index)
+
+    x, edge_index = sparse_graph()
+    lrp.explain(WithDense().eval(), x, edge_index, index=3, dense=torch.zeros(x.shape[0], x.shape[0]))
+    assert pass_sizes == [x.shape[0]]
+
+
+class GlobalContext(GCN):
+    """Adds the mean over all nodes: every node reaches every other."""
+
+    def logits(self, x, edge_index):
+        h = F.relu(self.conv1(x, edge_index))
+        return self.conv2(h + h.mean(dim=0, keepdim=True), edge_index)
+
+
+class SharedLayer(Model):
+    """One layer applied three times: three hops, one MessagePassing module."""
+
+    def __init__(self, out, act=None, bias=True):
+        super().__init__()
+        self.act = act
+        self.conv = GCNConv(F_IN, F_IN, bias=bias)
+        self.head = torch.nn.Linear(F_IN, out, bias=bias)
+
+    def logits(self, x, edge_index):
+        for _ in range(3):
+            x = F.relu(self.conv(x, edge_index))
+        return self.head(x)
+
+
+@pytest.mark.parametrize("cls", [GlobalContext, SharedLayer])
+def test_model_that_is_not_local_is_explained_on_the_full_graph(cls, pass_sizes):
+    """Relevance on the outermost hop proves the model reaches further than
+    it seems: LRP repeats the pass on the full graph, and uses the full graph
+    for that model from then on; explain_nodes refuses."""
+    torch.manual_seed(0)
+    model = cls(C).eval()
+    x, edge_index = sparse_graph()
+    explainer = lrp_explainer(model, "multiclass_classification", "raw", "node")
+    first = explainer(x, edge_index, index=10)
+    second = explainer(x, edge_index, index=11)
+    assert pass_sizes == [pass_sizes[0], x.shape[0], x.shape[0]] and pass_sizes[0] < x.shape[0]
+    assert_same_explanation(first, lrp.explain(model, x, edge_index, index=10, subgraph=False))
+    assert_same_explanation(second, lrp.explain(model, x, edge_index, index=11, subgraph=False))
+    with pytest.raises(ValueError, match="not local in"):
+        lrp.explain_nodes(model, x, edge_index, torch.tensor([10, 11]))
 
 
 # ===========================================================================

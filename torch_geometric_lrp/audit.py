@@ -10,9 +10,12 @@ Two kinds of relevance leave the pass on the way back:
   an operand without relevance (a constant) kept. It is signed: a negative
   absorbed amount means the op created relevance.
 
-Every relevance op reports to the :class:`RelevanceAudit` objects that are open
-(``with RelevanceAudit() as audit: ...``). With none open, ops do no
-accounting at all, so the pass pays nothing for it and never warns per call.
+Every relevance op reports to the audits that are open
+(``with RelevanceAudit() as audit: ...``): :class:`RelevanceAudit` books both
+kinds per op; :class:`LostRelevance` only totals the lost kind, at a fraction
+of the cost (what is absorbed then follows from conservation). With none open,
+ops do no accounting at all, so the pass pays nothing for it and never warns
+per call.
 """
 from __future__ import annotations
 
@@ -51,6 +54,12 @@ class RelevanceAudit:
     def __exit__(self, *exc) -> None:
         _open_audits.remove(self)
 
+    def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
+                relevance_in: Iterable[Optional[Tensor]]) -> None:
+        lost = _lost(relevance_out, dropped)
+        total_in = sum((r.sum() for r in relevance_in if r is not None), lost.new_zeros(()))
+        self._add(op, lost, relevance_out.sum() - lost - total_in)
+
     def _add(self, op: str, lost: Tensor, absorbed: Tensor) -> None:
         self._lost[op] = self._lost[op] + lost.detach().double().cpu()
         self._absorbed[op] = self._absorbed[op] + absorbed.detach().double().cpu()
@@ -81,8 +90,44 @@ class RelevanceAudit:
         return f"RelevanceAudit(lost={self.lost:.6g}, absorbed={self.absorbed:.6g})"
 
 
+class LostRelevance:
+    """The cheap half of :class:`RelevanceAudit`: only the total relevance
+    lost at outputs equal to 0 (one masked sum per op, where the full audit
+    sums every op's input and output relevance as well).
+
+    Where every op has a rule, what is absorbed follows from it:
+    ``absorbed = seed - input relevance - lost``.
+    """
+
+    def __init__(self) -> None:
+        self._lost: Optional[Tensor] = None
+
+    def __enter__(self) -> "LostRelevance":
+        _open_audits.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _open_audits.remove(self)
+
+    def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
+                relevance_in: Iterable[Optional[Tensor]]) -> None:
+        if dropped is not None:
+            lost = _lost(relevance_out, dropped).detach().double()
+            self._lost = lost if self._lost is None else self._lost + lost
+
+    @property
+    def lost(self) -> float:
+        return 0.0 if self._lost is None else self._lost.item()
+
+
+def _lost(relevance_out: Tensor, dropped: Optional[Tensor]) -> Tensor:
+    if dropped is None:
+        return torch.zeros((), dtype=relevance_out.dtype, device=relevance_out.device)
+    return torch.where(dropped, relevance_out, 0).sum()
+
+
 def is_active() -> bool:
-    """True when at least one :class:`RelevanceAudit` is open."""
+    """True when at least one audit is open."""
     return bool(_open_audits)
 
 
@@ -99,15 +144,5 @@ def record(
     lists the relevance handed to each input (``None`` for inputs that receive
     none). Called by relevance ops only when :func:`is_active`.
     """
-    if not _open_audits:
-        return
-    total_out = relevance_out.sum()
-    if dropped is None:
-        lost = torch.zeros((), dtype=relevance_out.dtype, device=relevance_out.device)
-    else:
-        lost = torch.where(dropped, relevance_out, 0).sum()
-    total_in = sum((r.sum() for r in relevance_in if r is not None), lost.new_zeros(()))
-    absorbed = total_out - lost - total_in
     for audit in _open_audits:
-        audit._add(op, lost, absorbed)
-
+        audit._record(op, relevance_out, dropped, relevance_in)

@@ -174,16 +174,18 @@ class _Linear(Function):
         # temporaries stay small (peak memory close to the plain backward's).
         xs, outs = x.reshape(-1, x.shape[-1]), out.reshape(-1, out.shape[-1])
         rel = relevance.reshape(-1, out.shape[-1])
-        r = torch.empty_like(xs)
-        dropped = [] if audit.is_active() else None
         step = max(1, _BLOCK // max(xs.shape[1], outs.shape[1]))
-        for start in range(0, xs.shape[0], step):
-            rows = slice(start, start + step)
-            r[rows], d = ctx.rule.linear(xs[rows], weight, bias, outs[rows], rel[rows])
-            if dropped is not None:
-                dropped.append(torch.zeros_like(outs[rows], dtype=torch.bool) if d is None else d)
-        if dropped is not None:
-            _record("linear", rel, torch.cat(dropped) if dropped else None, r)
+        if xs.shape[0] <= step:  # one block: no copy into a result buffer
+            r, dropped = ctx.rule.linear(xs, weight, bias, outs, rel)
+        else:
+            r = torch.empty_like(xs)
+            blocks = []
+            for start in range(0, xs.shape[0], step):
+                rows = slice(start, start + step)
+                r[rows], d = ctx.rule.linear(xs[rows], weight, bias, outs[rows], rel[rows])
+                blocks.append(torch.zeros_like(outs[rows], dtype=torch.bool) if d is None else d)
+            dropped = torch.cat(blocks) if audit.is_active() else None
+        _record("linear", rel, dropped, r)
         return r.view(x.shape), None, None, None
 
 
@@ -220,6 +222,19 @@ def _along(index: Tensor, src: Tensor, dim: int) -> Tensor:
     shape = [1] * src.dim()
     shape[dim] = -1
     return index.view(shape).expand_as(src)
+
+
+def _squeeze_index(index: Tensor, dim: int) -> Tensor:
+    """The 1-D index behind ``index`` when ``index`` is a broadcast of one
+    (stride 0 off ``dim``, as PyG's ``index.view(-1, 1).expand_as(src)``):
+    ``index_select`` with it is several times faster than ``gather``."""
+    if index.dim() < 2 or any(stride != 0 and size != 1 for d, (size, stride)
+                              in enumerate(zip(index.shape, index.stride())) if d != dim):
+        return index
+    for d in reversed(range(index.dim())):
+        if d != dim:
+            index = index.select(d, 0)
+    return index
 
 
 def _pick(values: Tensor, index: Tensor, dim: int) -> Tensor:
@@ -352,6 +367,7 @@ def scatter(
     if dim_size is None:
         dim_size = int(index.max()) + 1 if index.numel() > 0 else 0
     reduce = "sum" if reduce == "add" else reduce
+    index = _squeeze_index(index, dim)
     return _Scatter.apply(src, index, dim, dim_size, reduce, backend)
 
 

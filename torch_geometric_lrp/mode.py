@@ -24,6 +24,7 @@ mechanism for both.
 """
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
@@ -58,9 +59,20 @@ def _carries(obj: Any) -> bool:
     if isinstance(obj, Tensor):
         return obj.requires_grad
     if isinstance(obj, (list, tuple)):
-        return any(_carries(o) for o in obj)
+        return _any_carries(obj)
     if isinstance(obj, dict):
-        return any(_carries(o) for o in obj.values())
+        return _any_carries(obj.values())
+    return False
+
+
+def _any_carries(objs) -> bool:
+    # A plain loop: this runs for every torch call of the pass.
+    for obj in objs:
+        if isinstance(obj, Tensor):
+            if obj.requires_grad:
+                return True
+        elif isinstance(obj, (list, tuple, dict)) and _carries(obj):
+            return True
     return False
 
 
@@ -352,23 +364,38 @@ class RelevanceMode(TorchFunctionMode):
         their gradient and are counted in :attr:`unsupported`.
     rules : dict, optional
         ``{module: Rule}``: the rule of the weighted ops run inside each module
-        (the innermost module with an entry wins).
+        (the innermost running module with an entry wins; a module's entry
+        takes effect when something calls :meth:`enter` and :meth:`leave`
+        around its forward, as :func:`relevance_pass` does).
     default_rule : Rule, optional
         The rule where no module has one (default ``Epsilon()``).
     names : dict, optional
         ``{module: qualified name}`` for messages.
+    model : Module, optional
+        Where to find module names for messages when ``names`` is not given
+        (looked up only when a message is written).
     """
 
     def __init__(self, strict: bool = True, rules: Optional[dict] = None,
-                 default_rule: Optional[Rule] = None, names: Optional[dict] = None):
+                 default_rule: Optional[Rule] = None, names: Optional[dict] = None,
+                 model: Optional[torch.nn.Module] = None):
         super().__init__()
         self.strict = strict
         self.rules = {id(m): r for m, r in (rules or {}).items()}
         self.default_rule = default_rule or Epsilon()
-        self.names = {id(m): n for m, n in (names or {}).items()}
-        self.modules: list[torch.nn.Module] = []  # the stack of running modules
+        self._names = None if names is None else {id(m): n for m, n in names.items()}
+        self._model = model
+        self.modules: list[torch.nn.Module] = []  # the running modules that have a rule
         self.unsupported: Counter = Counter()
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
+
+    def enter(self, module: torch.nn.Module, *args) -> None:
+        """A module with a rule starts running (a forward pre-hook)."""
+        self.modules.append(module)
+
+    def leave(self, module: torch.nn.Module, *args) -> None:
+        """It is done (a forward hook)."""
+        self.modules.pop()
 
     def logits_of(self, out: Tensor) -> Tensor:
         """The logits under ``out``: the input of the softmax / log-softmax /
@@ -385,21 +412,27 @@ class RelevanceMode(TorchFunctionMode):
         return logits.reshape(out.shape)
 
     def current_rule(self) -> Rule:
-        for module in reversed(self.modules):
-            rule = self.rules.get(id(module))
-            if rule is not None:
-                return rule
+        if self.modules:
+            return self.rules[id(self.modules[-1])]
         return self.default_rule
 
     def where(self) -> str:
-        """Where the running op is, for messages: the innermost running module."""
-        if not self.modules:
-            return "the model's forward"
-        module = self.modules[-1]
-        name = self.names.get(id(module))
-        if name is None:
-            return f"a {type(module).__name__} module"
-        return f"module '{name}' ({type(module).__name__})" if name else f"the model ({type(module).__name__})"
+        """Where the running op is, for messages: the innermost module whose
+        code is running (found on the Python stack, so the pass pays nothing
+        for it until a message is written)."""
+        if self._names is None:
+            self._names = {} if self._model is None else {id(m): n for n, m in self._model.named_modules()}
+        frame = sys._getframe(1)
+        while frame is not None:
+            module = frame.f_locals.get("self")
+            if isinstance(module, torch.nn.Module) and (not self._names or id(module) in self._names):
+                name = self._names.get(id(module))
+                if name is None:
+                    return f"a {type(module).__name__} module"
+                return f"module '{name}' ({type(module).__name__})" if name else \
+                    f"the model ({type(module).__name__})"
+            frame = frame.f_back
+        return "the model's forward"
 
     def __enter__(self):
         _active.append(self)
@@ -411,9 +444,13 @@ class RelevanceMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not (_any_carries(args) or kwargs and _any_carries(kwargs.values())):
+            # Bookkeeping (degrees, self-loops, index arithmetic): no relevance
+            # goes in, so none comes out (parameters are frozen in the pass).
+            return func(*args, **kwargs)
         name = _op_name(func)
         handler = HANDLERS.get(name)
-        if handler is not None and (_carries(args) or _carries(kwargs)):
+        if handler is not None:
             out = handler(self, *args, **kwargs)
             if out is not NotImplemented:
                 return out
@@ -461,42 +498,59 @@ def relevance_pass(
     ...     out.backward(seed)
     >>> x.grad  # input relevance
     """
-    saved_grad, saved_training, saved_fuse = [], [], []
-    names, hooks = {}, []
+    saved_grad, saved_training, saved_fuse, hooks = [], [], [], []
+    hooked: dict = {}
     if model is not None:
+        named = list(model.named_modules())
         if rules is None:
-            rules = getattr(model, "_lrp_rules", {})
-            by_name = dict(model.named_modules())
-            rules = {by_name[n]: r for n, r in rules.items() if n in by_name}
-        names = {m: n for n, m in model.named_modules()}
+            by_name = getattr(model, "_lrp_rules", {})
+            rules = {module: by_name[name] for name, module in named if name in by_name}
+        hooked = _rule_changes(named, rules, default_rule or Epsilon())
         for p in model.parameters():
-            saved_grad.append((p, p.requires_grad))
-            p.requires_grad_(False)
-        for m in model.modules():
-            saved_training.append((m, m.training))
+            if p.requires_grad:
+                saved_grad.append(p)
+                p.requires_grad_(False)
+        for _, m in named:
+            if m.training:
+                saved_training.append(m)
             if getattr(m, "fuse", None) is True:
                 saved_fuse.append(m)
                 m.fuse = False
-        model.eval()
-    mode = RelevanceMode(strict=strict, rules=rules, default_rule=default_rule, names=names)
-
-    def enter(module, args):
-        mode.modules.append(module)
-
-    def leave(module, args, out):
-        mode.modules.pop()
-
-    hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(enter))
-    hooks.append(torch.nn.modules.module.register_module_forward_hook(leave, always_call=True))
+        if saved_training:
+            model.eval()
+    else:
+        hooked = dict(rules or {})
+    mode = RelevanceMode(strict=strict, rules=hooked, default_rule=default_rule, model=model)
+    for module in hooked:
+        hooks.append(module.register_forward_pre_hook(mode.enter))
+        hooks.append(module.register_forward_hook(mode.leave, always_call=True))
     try:
         with mode:
             yield mode
     finally:
         for h in hooks:
             h.remove()
-        for p, flag in saved_grad:
-            p.requires_grad_(flag)
-        for m, flag in saved_training:
-            m.training = flag
+        for p in saved_grad:
+            p.requires_grad_(True)
+        for m in saved_training:
+            m.training = True
         for m in saved_fuse:
             m.fuse = True
+
+
+def _rule_changes(named: list, rules: dict, default_rule: Rule) -> dict:
+    """The entries of ``rules`` that change the rule in effect, given the
+    model's ``named_modules()``: a module whose rule equals its parent's needs
+    no bookkeeping while it runs."""
+    effective: dict[str, Rule] = {}
+    changes, seen = {}, set()
+    for name, module in named:
+        seen.add(id(module))
+        inherited = effective[name.rpartition(".")[0]] if name else default_rule
+        rule = rules.get(module, inherited)
+        effective[name] = rule
+        if rule != inherited:
+            changes[module] = rule
+    # modules outside the model (called from its forward) keep their entry
+    changes.update({m: r for m, r in rules.items() if id(m) not in seen})
+    return changes

@@ -48,8 +48,8 @@ def stabilize(z: Tensor, epsilon: float) -> Tensor:
     :math:`\mathrm{sign}(0) = +1`."""
     if epsilon == 0:
         return z
-    # copysign keeps the sign of zero: +0.0 -> +eps (and -0.0 -> -eps)
-    return torch.copysign(torch.tensor(epsilon, dtype=z.dtype, device=z.device), z).add_(z)
+    # sign(z) * (|z| + eps); copysign keeps the sign of zero: +0.0 -> +eps (and -0.0 -> -eps)
+    return z.abs().add_(epsilon).copysign_(z)
 
 
 def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
@@ -61,7 +61,7 @@ def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, 
     """
     dropped = z == 0
     denominator = stabilize(z, epsilon)
-    if denominator is not z and denominator.shape == torch.broadcast_shapes(relevance.shape, z.shape):
+    if denominator is not z and denominator.shape == relevance.shape:
         s = torch.div(relevance, denominator, out=denominator)  # reuse the temporary
     else:
         s = relevance / denominator

@@ -3,19 +3,21 @@ from __future__ import annotations
 
 import weakref
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.explain import Explanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
-from torch_geometric.explain.config import MaskType, ModelMode
+from torch_geometric.explain.config import MaskType, ModelMode, ModelTaskLevel
+from torch_geometric.nn import MessagePassing
 
-from ..audit import RelevanceAudit
+from ..audit import LostRelevance
 from ..convert import convert
 from ..mode import relevance_pass
 from .edges import EdgeRelevance
+from .subgraph import Subgraph, count_hops, prepare_for_subgraphs, reaches_ring, receptive_field, slice_inputs
 
 __all__ = ["LRP", "RelevanceResult", "run_relevance", "make_seed", "MASK_VIEWS"]
 
@@ -98,24 +100,34 @@ def run_relevance(lrp_model: torch.nn.Module, x: Tensor, edge_index: Tensor, *, 
         edge_attr = None
     track_edges = track_edges and isinstance(edge_index, Tensor) and edge_index.layout == torch.strided
     edges = EdgeRelevance(lrp_model, edge_index, x.shape[0]) if track_edges else nullcontext()
-    with RelevanceAudit() as audit, relevance_pass(lrp_model, strict=strict) as pass_, edges:
-        out = lrp_model(x, edge_index, **kwargs)
-        if not isinstance(out, Tensor):
-            raise TypeError(f"LRP: the model must return one tensor, got {type(out).__name__}.")
-        seed, target = make_seed(out, pass_.logits_of(out), target, index, mode)
+    with LostRelevance() as audit, edges:
+        with relevance_pass(lrp_model, strict=strict) as pass_:
+            out = lrp_model(x, edge_index, **kwargs)
+            if not isinstance(out, Tensor):
+                raise TypeError(f"LRP: the model must return one tensor, got {type(out).__name__}.")
+            logits = pass_.logits_of(out)
+        # The backward needs no routing (the graph already holds the relevance
+        # Functions): outside the mode, its ops skip the dispatch.
+        seed, target = make_seed(out, logits, target, index, mode)
         out.backward(seed)
-    zeros = torch.zeros_like(x)
+    node = x.grad if x.grad is not None else torch.zeros_like(x)
+    if edge_attr is not None:
+        edge_attr = edge_attr.grad if edge_attr.grad is not None else torch.zeros_like(edge_attr)
+    # Whatever did not reach the inputs and was not lost was absorbed (by
+    # biases, stabilisers, constants; with strict=False, also by ops without
+    # a rule): one subtraction instead of a sum over every op's relevance.
+    total = node.sum(dtype=torch.float64) + (0 if edge_attr is None else edge_attr.sum(dtype=torch.float64))
+    absorbed = (seed.sum(dtype=torch.float64) - total).item() - audit.lost
     return RelevanceResult(
         output=out.detach(),
         seed=seed,
-        node=x.grad if x.grad is not None else zeros,
+        node=node,
         edge=edges.edge.to(x.dtype) if track_edges else None,
         self_loops=edges.self_loops.to(x.dtype) if track_edges else None,
-        edge_attr=None if edge_attr is None else (
-            edge_attr.grad if edge_attr.grad is not None else torch.zeros_like(edge_attr)),
+        edge_attr=edge_attr,
         target=target,
         lost=audit.lost,
-        absorbed=audit.absorbed,
+        absorbed=absorbed,
     )
 
 
@@ -169,6 +181,40 @@ def _same_structure(old: tuple, new: tuple) -> bool:
     return len(old[0]) == len(new[0]) and all(a() is b() for a, b in zip(old[0], new[0])) and old[1] == new[1]
 
 
+@dataclass
+class _Converted:
+    """A model's cached LRP-ready copy and what is known about it."""
+
+    lrp_model: torch.nn.Module
+    structure: tuple
+    hops: int
+    local: bool = True  # False once relevance left its computation subgraph
+
+    @property
+    def flow(self) -> str:
+        return next((m.flow for m in self.lrp_model.modules() if isinstance(m, MessagePassing)),
+                    "source_to_target")
+
+
+def _to_full(result: RelevanceResult, sub: Subgraph, num_nodes: int, num_edges: int) -> RelevanceResult:
+    """``result`` of a pass on ``sub`` with its per-node and per-edge
+    relevance placed in zeros of the input graph's size."""
+    def spread(values: Optional[Tensor], positions: Tensor, size: int) -> Optional[Tensor]:
+        if values is None:
+            return None
+        full = values.new_zeros((size, *values.shape[1:]))
+        full[positions] = values
+        return full
+
+    return replace(
+        result,
+        node=spread(result.node, sub.nodes, num_nodes),
+        edge=spread(result.edge, sub.edge_id, num_edges),
+        self_loops=spread(result.self_loops, sub.nodes, num_nodes),
+        edge_attr=spread(result.edge_attr, sub.edge_id, num_edges),
+    )
+
+
 class LRP(ExplainerAlgorithm):
     r"""Layer-wise Relevance Propagation for PyG's :class:`~torch_geometric.explain.Explainer`.
 
@@ -187,7 +233,9 @@ class LRP(ExplainerAlgorithm):
     * ``self_loop_relevance``: per node, relevance through self-loops the layers
       added (not input edges);
     * ``score`` (the seeded target score: the target's logit), ``relevance_total``
-      (relevance on the inputs), ``lost`` and ``absorbed``:
+      (relevance on the inputs), ``lost`` (reached outputs equal to 0) and
+      ``absorbed`` (kept by biases, stabilisers and constants; with
+      ``strict=False`` also by ops without a rule):
       ``score = relevance_total + absorbed + lost``.
 
     Parameters
@@ -202,26 +250,42 @@ class LRP(ExplainerAlgorithm):
     strict : bool
         Raise on ops without a relevance rule (default) instead of only
         counting them.
+    subgraph : bool
+        Node-level tasks with an ``index``: run the pass on the targets'
+        computation subgraph (``L + 1`` hops for ``L`` message-passing hops,
+        :func:`~torch_geometric_lrp.explain.count_hops`) and report zeros
+        elsewhere (default). The relevance is the same as on the full graph
+        for a model whose outputs depend on ``L`` hops only, as PyG's own
+        explainers assume; a pass whose relevance reaches beyond that
+        proves the model is not local, and it is explained on the full graph
+        from then on. ``False`` always uses the full graph.
     """
 
-    def __init__(self, rules: Optional[dict] = None, mask: str = "signed", strict: bool = True):
+    def __init__(self, rules: Optional[dict] = None, mask: str = "signed", strict: bool = True,
+                 subgraph: bool = True):
         super().__init__()
         if mask not in MASK_VIEWS:
             raise ValueError(f"LRP: mask must be one of {list(MASK_VIEWS)}, got {mask!r}.")
         self.rules = rules
         self.mask = mask
         self.strict = strict
-        self._converted: "weakref.WeakKeyDictionary[torch.nn.Module, tuple]" = weakref.WeakKeyDictionary()
+        self.subgraph = subgraph
+        self._converted: "weakref.WeakKeyDictionary[torch.nn.Module, _Converted]" = weakref.WeakKeyDictionary()
 
     def lrp_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The LRP-ready version of ``model`` (converted on first use, and
         again when the model's modules, parameters, buffers or settings were
         replaced since: the copy holds the objects it was made from)."""
+        return self._entry(model).lrp_model
+
+    def _entry(self, model: torch.nn.Module) -> "_Converted":
         cached = self._converted.get(model)
         structure = _structure(model)
-        if cached is None or not _same_structure(cached[1], structure):
-            cached = self._converted[model] = (convert(model, self.rules), structure)
-        return cached[0]
+        if cached is None or not _same_structure(cached.structure, structure):
+            lrp_model = convert(model, self.rules)
+            prepare_for_subgraphs(lrp_model)
+            cached = self._converted[model] = _Converted(lrp_model, structure, count_hops(lrp_model))
+        return cached
 
     def forward(self, model: torch.nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,
                 index: Optional[Union[int, Tensor]] = None, **kwargs) -> Explanation:
@@ -229,13 +293,43 @@ class LRP(ExplainerAlgorithm):
             raise ValueError("LRP: heterogeneous graphs (dict inputs) are not supported yet.")
         if isinstance(index, int):
             index = torch.tensor([index])
-        result = run_relevance(
-            self.lrp_model(model), x, edge_index, target=target, index=index,
-            mode=self.model_config.mode, track_edges=self.explainer_config.edge_mask_type is not None,
-            strict=self.strict, **kwargs,
-        )
+        entry = self._entry(model)
+        settings = dict(mode=self.model_config.mode, strict=self.strict,
+                        track_edges=self.explainer_config.edge_mask_type is not None)
+        result = None
+        if self.subgraph and entry.local and self.model_config.task_level == ModelTaskLevel.node:
+            result = self._on_subgraph(entry, x, edge_index, target, index, settings, kwargs)
+        if result is None:
+            result = run_relevance(entry.lrp_model, x, edge_index, target=target, index=index, **settings, **kwargs)
         return explanation_from(result, self.explainer_config.node_mask_type,
                                 self.explainer_config.edge_mask_type, self.mask)
+
+    def _on_subgraph(self, entry: "_Converted", x: Tensor, edge_index: Tensor, target: Optional[Tensor],
+                     index: Optional[Tensor], settings: dict, kwargs: dict) -> Optional[RelevanceResult]:
+        """The relevance pass on the targets' computation subgraph, put back
+        into full-size results; ``None`` where it cannot be used (no index,
+        a sparse adjacency, an input it cannot cut, a subgraph that is the
+        whole graph) or the model proved not local (see
+        :mod:`~torch_geometric_lrp.explain.subgraph`)."""
+        if index is None or not isinstance(x, Tensor) or not isinstance(edge_index, Tensor) \
+                or edge_index.layout != torch.strided:
+            return None
+        n, e = x.shape[0], edge_index.shape[1]
+        positions = torch.arange(n, device=x.device)[index].view(-1)
+        sub = receptive_field(positions, entry.hops, edge_index, n, entry.flow)
+        if sub.nodes.numel() == n:
+            return None
+        sub_kwargs, unknown = slice_inputs(kwargs, sub, n, e)
+        if unknown:
+            return None
+        if isinstance(target, Tensor) and target.dim() > 0 and target.shape[0] == n:
+            target = target[sub.nodes]
+        result = run_relevance(entry.lrp_model, x[sub.nodes], sub.edge_index, target=target, index=sub.index,
+                               **settings, **sub_kwargs)
+        if reaches_ring(sub, result.node, result.edge, result.edge_attr, result.self_loops):
+            entry.local = False  # from now on, this model is explained on the full graph
+            return None
+        return _to_full(result, sub, n, e)
 
     def supports(self) -> bool:
         node_mask_type = self.explainer_config.node_mask_type

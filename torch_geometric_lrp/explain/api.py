@@ -7,13 +7,13 @@ import torch
 from torch import Tensor
 from torch_geometric.explain import Explainer, Explanation
 from torch_geometric.explain.config import ModelMode
-from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
-from torch_geometric.utils import k_hop_subgraph
+from torch_geometric.nn import MessagePassing
 from tqdm.auto import tqdm
 
 from ..convert import convert
 from ..mode import relevance_pass
 from .algorithm import LRP, MASK_VIEWS, run_relevance
+from .subgraph import Subgraph, count_hops, prepare_for_subgraphs, reaches_ring, receptive_field, slice_inputs
 
 __all__ = ["explain", "explain_nodes", "infer_task_level", "infer_mode", "infer_return_type", "count_hops"]
 
@@ -72,20 +72,6 @@ def infer_return_type(out: Tensor, mode: str, activated: Optional[bool] = None) 
     return "raw"
 
 
-def count_hops(model: torch.nn.Module) -> int:
-    """How many hops the model's message passing reaches (``APPNP`` and
-    ``SGConv`` propagate ``K`` times, ``ChebConv`` ``K - 1`` times)."""
-    hops = 0
-    for module in model.modules():
-        if isinstance(module, (APPNP, SGConv)):
-            hops += module.K
-        elif isinstance(module, ChebConv):
-            hops += len(module.lins) - 1
-        elif isinstance(module, MessagePassing):
-            hops += 1
-    return hops
-
-
 def _probe(model: torch.nn.Module, x: Tensor, edge_index, kwargs) -> tuple[Tensor, bool]:
     """The model's output, and whether it comes out of a final softmax /
     log-softmax / sigmoid: one forward in a relevance pass of an LRP-ready
@@ -111,6 +97,7 @@ def explain(
     node_mask_type: Optional[str] = "attributes",
     edge_mask_type: Optional[str] = "object",
     mask: str = "signed",
+    subgraph: bool = True,
     task_level: Optional[str] = None,
     mode: Optional[str] = None,
     return_type: Optional[str] = None,
@@ -127,6 +114,7 @@ def explain(
     output values (a one-output model without a final sigmoid is raw).
     With ``target=None`` the model's own prediction is explained
     (``explanation_type='model'``), else that target (``'phenomenon'``).
+    ``rules``, ``mask`` and ``subgraph`` are :class:`~torch_geometric_lrp.LRP`'s.
     """
     out, activated = _probe(model, x, edge_index, kwargs)
     task_level = task_level or infer_task_level(out, x, edge_index, index, kwargs)
@@ -134,7 +122,7 @@ def explain(
     return_type = return_type or infer_return_type(out, mode, activated)
     explainer = Explainer(
         model,
-        algorithm=LRP(rules=rules, mask=mask),
+        algorithm=LRP(rules=rules, mask=mask, subgraph=subgraph),
         explanation_type="model" if target is None else "phenomenon",
         node_mask_type=node_mask_type,
         edge_mask_type=edge_mask_type,
@@ -149,18 +137,6 @@ def explain(
     finally:
         for module, flag in training:
             module.training = flag
-
-
-def _slice_kwargs(kwargs: dict, nodes: Tensor, edges: Tensor, num_nodes: int, num_edges: int) -> dict:
-    """Per-node tensors follow the subgraph's nodes, per-edge tensors its edges."""
-    out = {}
-    for key, value in kwargs.items():
-        if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == num_edges and key.startswith("edge"):
-            value = value[edges]
-        elif isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] == num_nodes:
-            value = value[nodes]
-        out[key] = value
-    return out
 
 
 def explain_nodes(
@@ -185,7 +161,9 @@ def explain_nodes(
     the target are complete); ``batch_size`` disjoint copies run in one
     forward and backward pass, and each copy's relevance belongs to its
     target alone. The result equals explaining the targets one by one on the
-    full graph, at a fraction of the cost.
+    full graph, at a fraction of the cost, for a model whose outputs depend on
+    ``num_hops`` hops only; relevance that reaches further proves otherwise
+    and raises a ``ValueError`` (see :mod:`torch_geometric_lrp.explain.subgraph`).
 
     Parameters
     ----------
@@ -220,14 +198,7 @@ def explain_nodes(
     """
     index = torch.as_tensor(index, dtype=torch.long).view(-1)
     lrp_model = convert(model, rules)
-    # Every batch is a new graph: layers that cache their normalised graph
-    # (GCNConv, SGConv, APPNP with cached=True) must not reuse the input
-    # graph's or the previous batch's. Changed on the converted copy only.
-    for module in lrp_model.modules():
-        if getattr(module, "cached", None) is True:
-            module.cached = False
-            for key in [k for k in vars(module) if k.startswith("_cached_")]:
-                setattr(module, key, None)
+    prepare_for_subgraphs(lrp_model)
     hops = count_hops(lrp_model) if num_hops is None else num_hops
     flow = next((m.flow for m in lrp_model.modules() if isinstance(m, MessagePassing)), "source_to_target")
     n, e = x.shape[0], edge_index.shape[1]
@@ -239,34 +210,45 @@ def explain_nodes(
     explanations: list[Explanation] = []
     for start in tqdm(starts, desc="LRP", unit="batch", disable=None if show is None else not show):
         chunk = index[start:start + batch_size]
-        pieces = [k_hop_subgraph(int(t), hops + 1, edge_index, relabel_nodes=True, num_nodes=n, flow=flow)
-                  for t in chunk]
-        node_offsets = _offsets([p[0].numel() for p in pieces])
-        edge_ids = [p[3].nonzero().view(-1) for p in pieces]
-        edge_offsets = _offsets([ids.numel() for ids in edge_ids])
-        nodes = torch.cat([p[0] for p in pieces])
-        batch_edge_index = torch.cat([p[1] + o for p, o in zip(pieces, node_offsets)], dim=1)
-        local = torch.tensor([int(p[2]) + o for p, o in zip(pieces, node_offsets)])
-        batch_kwargs = _slice_kwargs(kwargs, nodes, torch.cat(edge_ids), n, e)
+        pieces = [receptive_field(t.view(1), hops, edge_index, n, flow) for t in chunk]
+        node_offsets = _offsets([p.nodes.numel() for p in pieces])
+        edge_offsets = _offsets([p.edge_id.numel() for p in pieces])
+        # the pieces side by side: one graph of disjoint copies
+        batch = Subgraph(
+            nodes=torch.cat([p.nodes for p in pieces]),
+            edge_id=torch.cat([p.edge_id for p in pieces]),
+            edge_index=torch.cat([p.edge_index + o for p, o in zip(pieces, node_offsets)], dim=1),
+            index=torch.cat([p.index + o for p, o in zip(pieces, node_offsets)]),
+            ring=torch.cat([p.ring for p in pieces]),
+        )
+        batch_kwargs, _ = slice_inputs(kwargs, batch, n, e)
         if model_mode is None:
-            out, _ = _probe(lrp_model, x[nodes], batch_edge_index, batch_kwargs)
+            out, _ = _probe(lrp_model, x[batch.nodes], batch.edge_index, batch_kwargs)
             model_mode = ModelMode(infer_mode(out, target))
-        result = run_relevance(lrp_model, x[nodes], batch_edge_index, index=local, mode=model_mode,
+        result = run_relevance(lrp_model, x[batch.nodes], batch.edge_index, index=batch.index, mode=model_mode,
                                target=None if target is None else target[start:start + batch_size],
                                **batch_kwargs)
-        for k, (subset, sub_edge_index, mapping, _) in enumerate(pieces):
-            rows = slice(node_offsets[k], node_offsets[k] + subset.numel())
-            cols = slice(edge_offsets[k], edge_offsets[k] + edge_ids[k].numel())
+        if reaches_ring(batch, result.node, result.edge, result.edge_attr, result.self_loops):
+            raise ValueError(
+                f"explain_nodes: relevance reached nodes more than num_hops={hops} hops away from the "
+                f"targets, so the model is not local in {hops} hops (a global pooling fed back to the "
+                f"nodes, a layer applied more often than it appears, ...) and explaining each target on "
+                f"its subgraph would be wrong. Pass the model's real num_hops, or explain on the full "
+                f"graph with lrp.explain(..., subgraph=False)."
+            )
+        for k, piece in enumerate(pieces):
+            rows = slice(node_offsets[k], node_offsets[k] + piece.nodes.numel())
+            cols = slice(edge_offsets[k], edge_offsets[k] + piece.edge_id.numel())
             ex = Explanation(
-                x=x[subset], edge_index=sub_edge_index, node_index=subset, edge_id=edge_ids[k],
-                index=int(mapping), node_mask=_view(result.node[rows], mask),
+                x=x[piece.nodes], edge_index=piece.edge_index, node_index=piece.nodes, edge_id=piece.edge_id,
+                index=int(piece.index), node_mask=_view(result.node[rows], mask),
                 edge_mask=_view(result.edge[cols], mask),
             )
             total = result.node[rows].sum().item()
             if result.edge_attr is not None:
                 ex.edge_attr_mask = _view(result.edge_attr[cols], mask)
                 total += result.edge_attr[cols].sum().item()
-            score = result.seed[local[k]].sum().item()
+            score = result.seed[batch.index[k]].sum().item()
             ex.target = result.target[k]
             ex.score, ex.relevance_total, ex.unassigned = score, total, score - total
             explanations.append(ex)

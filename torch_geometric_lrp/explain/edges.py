@@ -10,13 +10,14 @@ in ``self_loops``.
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
 
-__all__ = ["EdgeRelevance", "match_edges"]
+__all__ = ["EdgeRelevance", "match_edges", "Routing", "route"]
 
 
 def match_edges(edges: Tensor, messages: Tensor) -> Tensor:
@@ -39,6 +40,44 @@ def match_edges(edges: Tensor, messages: Tensor) -> Tensor:
     return match
 
 
+@dataclass
+class Routing:
+    """Where each message of a layer sends its relevance: input edge
+    ``edge[k]`` gets message ``message[k]`` (``message`` is a slice when the
+    layer's first messages are the input edges, in order), node
+    ``loop_node[k]`` gets the self-loop message ``loop[k]``, and messages in
+    ``other`` match neither."""
+
+    message: Union[slice, Tensor]
+    edge: Union[slice, Tensor]
+    loop: Tensor
+    loop_node: Tensor
+    other: Tensor
+
+
+def route(edges: Tensor, messages: Tensor) -> Routing:
+    """The :class:`Routing` of messages over ``messages`` ``[2, M]`` onto the
+    input ``edges`` ``[2, E]``."""
+    num = edges.shape[1]
+    if messages.shape[1] >= num and torch.equal(messages[:, :num], edges):
+        # The common case (the input's edges, then self-loops a layer added,
+        # as add_remaining_self_loops does): no sort needed, and the input's
+        # pairs are all used up by the prefix.
+        head = slice(0, num)
+        rest = torch.arange(num, messages.shape[1], device=messages.device)
+        match_rest = torch.full_like(rest, -1)
+        message, edge = head, head
+    else:
+        rest = torch.arange(messages.shape[1], device=messages.device)
+        match_rest = match_edges(edges, messages)
+        found = match_rest >= 0
+        message, edge = rest[found], match_rest[found]
+    unmatched = rest[match_rest < 0]
+    is_loop = messages[0, unmatched] == messages[1, unmatched]
+    loop = unmatched[is_loop]
+    return Routing(message, edge, loop, messages[0, loop], unmatched[~is_loop])
+
+
 class EdgeRelevance:
     """Collects per-edge relevance of every message-passing layer of ``model``
     during one pass (a context manager; hooks are removed on exit)."""
@@ -47,11 +86,16 @@ class EdgeRelevance:
         self.edge_index = edge_index
         self.edge = torch.zeros(edge_index.shape[1], dtype=torch.float64, device=edge_index.device)
         self.self_loops = torch.zeros(num_nodes, dtype=torch.float64, device=edge_index.device)
-        self.unmatched = 0.0  # relevance of messages over edges neither in the input nor loops
+        # relevance of messages over edges neither in the input nor self-loops
+        self._unmatched = torch.zeros((), dtype=torch.float64, device=edge_index.device)
         self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
-        self._last: Optional[tuple[Tensor, Tensor]] = None
+        self._last: Optional[tuple[Tensor, Routing]] = None
+
+    @property
+    def unmatched(self) -> float:
+        return self._unmatched.item()
 
     def __enter__(self) -> "EdgeRelevance":
         for layer in self._layers:
@@ -69,31 +113,33 @@ class EdgeRelevance:
         self._current[id(layer)] = edge_index if isinstance(edge_index, Tensor) and not edge_index.is_sparse \
             and edge_index.layout == torch.strided else None
 
-    def _match(self, edges: Tensor) -> Tensor:
-        """``match_edges`` against the input, reusing the last match when a
-        layer propagates over the same edges as the previous one."""
-        if self._last is not None and self._last[0].shape == edges.shape and torch.equal(self._last[0], edges):
+    def _route(self, edges: Tensor) -> Routing:
+        """``route`` against the input, reusing the last routing when a layer
+        propagates over the same edges as the previous one."""
+        if self._last is not None and (self._last[0] is edges or (
+                self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
             return self._last[1]
-        match = match_edges(self.edge_index, edges)
-        self._last = (edges, match)
-        return match
+        routing = route(self.edge_index, edges)
+        self._last = (edges, routing)
+        return routing
 
     def _watch_messages(self, layer, inputs, messages):
         edges = self._current.get(id(layer))
         if edges is None or not (isinstance(messages, Tensor) and messages.requires_grad):
             return None
         with torch._C.DisableTorchFunction():  # bookkeeping: no relevance rules needed
-            match = self._match(edges)
+            routing = self._route(edges)
         node_dim = layer.node_dim % messages.dim()
 
         def collect(relevance: Tensor) -> None:
             dims = [d for d in range(relevance.dim()) if d != node_dim]
             per_message = (relevance.sum(dim=dims) if dims else relevance).double()
-            matched = match >= 0
-            self.edge.index_add_(0, match[matched], per_message[matched])
-            loop = ~matched & (edges[0] == edges[1])
-            self.self_loops.index_add_(0, edges[0][loop], per_message[loop])
-            self.unmatched += per_message[~matched & ~loop].sum().item()
+            if isinstance(routing.edge, slice):
+                self.edge[routing.edge] += per_message[routing.message]
+            else:
+                self.edge.index_add_(0, routing.edge, per_message[routing.message])
+            self.self_loops.index_add_(0, routing.loop_node, per_message[routing.loop])
+            self._unmatched += per_message[routing.other].sum()
 
         messages.register_hook(collect)
         return None
