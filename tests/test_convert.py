@@ -286,3 +286,38 @@ def test_rules_are_validated():
         lrp.convert(torch.nn.Linear(2, 2), rules={torch.nn.Linear: 0.5})
     with pytest.raises(TypeError, match="keys must be module types"):
         lrp.convert(torch.nn.Linear(2, 2), rules={3: R.Epsilon()})
+
+
+def test_module_rows_count_what_enters_from_outside():
+    """A block returns ``(b(h), h)`` with ``h = a(x)`` and only its first
+    output is used: the relevance entering the block is the seed, not the
+    seed plus what ``b`` handed back to ``h`` inside the block."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(3, 4, bias=False)
+            self.b = torch.nn.Linear(4, 2, bias=False)
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.b(h), h
+
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            out, _ = self.block(x)
+            return out
+
+    torch.manual_seed(0)
+    model = Outer()
+    x = torch.rand(5, 3)
+    report = lrp.check_conservation(model, x, rules={torch.nn.Module: R.Epsilon(0.0)})
+    rows = {layer.name: layer for layer in report.layers}
+    assert rows["block"].entering == pytest.approx(report.seed, rel=1e-6)
+    assert rows["block"].leaving == pytest.approx(report.seed, rel=1e-5)  # LRP-0, no bias: all of it
+    assert rows["block.b"].entering == pytest.approx(report.seed, rel=1e-6)
+    assert rows["block.a"].entering == pytest.approx(report.seed, rel=1e-5)
+    assert report.conserved(1e-5), str(report)

@@ -153,9 +153,17 @@ def check_conservation(
             return tuple(alias(a) for a in margs), {k: alias(v) for k, v in mkwargs.items()}
 
         def post(module, margs, out):
-            for t in _tensors(out):
-                if t.requires_grad:
-                    t.register_hook(lambda g: _add(name, "entering", g))
+            # An alias per output too: the gradient of the output itself would
+            # also count the uses of that tensor inside the module (a module
+            # that returns h and also computed its other output from h).
+            def alias(a):
+                if isinstance(a, Tensor) and a.requires_grad:
+                    a = a.view_as(a)
+                    a.register_hook(lambda g: _add(name, "entering", g))
+                elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
+                    a = type(a)(alias(v) for v in a)
+                return a
+            return alias(out)
         return pre, post
 
     def _add(name, attr, grad):
