@@ -253,7 +253,7 @@ class LRP(ExplainerAlgorithm):
     subgraph : bool
         Node-level tasks with an ``index``: run the pass on the targets'
         computation subgraph (``L + 1`` hops for ``L`` message-passing hops,
-        :func:`~torch_geometric_lrp.explain.count_hops`) and report zeros
+        :func:`~torch_geometric_lrp.explain.subgraph.count_hops`) and report zeros
         elsewhere (default). The relevance is the same as on the full graph
         for a model whose outputs depend on ``L`` hops only, as PyG's own
         explainers assume; a pass whose relevance reaches beyond that

@@ -15,7 +15,7 @@ from ..mode import relevance_pass
 from .algorithm import LRP, MASK_VIEWS, run_relevance
 from .subgraph import Subgraph, count_hops, prepare_for_subgraphs, reaches_ring, receptive_field, slice_inputs
 
-__all__ = ["explain", "explain_nodes", "infer_task_level", "infer_mode", "infer_return_type", "count_hops"]
+__all__ = ["explain", "explain_nodes", "infer_task_level", "infer_mode", "infer_return_type"]
 
 
 def infer_task_level(out: Tensor, x: Tensor, edge_index: Tensor, index, kwargs: dict) -> str:
@@ -177,7 +177,8 @@ def explain_nodes(
     batch_size : int
         Targets per pass.
     num_hops : int, optional
-        Receptive field of the model (default: :func:`count_hops`).
+        Receptive field of the model (default:
+        :func:`~torch_geometric_lrp.explain.subgraph.count_hops`).
     progress : bool, optional
         Show a progress bar (default: when there is more than one batch and
         the output is a terminal).
