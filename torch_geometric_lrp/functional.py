@@ -179,12 +179,13 @@ class _Linear(Function):
             r, dropped = ctx.rule.linear(xs, weight, bias, outs, rel)
         else:
             r = torch.empty_like(xs)
-            blocks = []
+            blocks = [] if audit.is_active() else None  # the dropped masks, only for an audit
             for start in range(0, xs.shape[0], step):
                 rows = slice(start, start + step)
                 r[rows], d = ctx.rule.linear(xs[rows], weight, bias, outs[rows], rel[rows])
-                blocks.append(torch.zeros_like(outs[rows], dtype=torch.bool) if d is None else d)
-            dropped = torch.cat(blocks) if audit.is_active() else None
+                if blocks is not None:
+                    blocks.append(torch.zeros_like(outs[rows], dtype=torch.bool) if d is None else d)
+            dropped = None if blocks is None else torch.cat(blocks)
         _record("linear", rel, dropped, r)
         return r.view(x.shape), None, None, None
 

@@ -11,13 +11,13 @@ from torch import Tensor
 from torch_geometric.explain import Explanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.explain.config import MaskType, ModelMode, ModelTaskLevel
-from torch_geometric.nn import MessagePassing
 
 from ..audit import LostRelevance
 from ..convert import convert
 from ..mode import relevance_pass
 from .edges import EdgeRelevance
-from .subgraph import Subgraph, count_hops, prepare_for_subgraphs, reaches_ring, receptive_field, slice_inputs
+from .subgraph import (Subgraph, count_hops, message_flow, prepare_for_subgraphs, reaches_ring, receptive_field,
+                       slice_inputs)
 
 __all__ = ["LRP", "RelevanceResult", "run_relevance", "make_seed", "MASK_VIEWS"]
 
@@ -188,12 +188,8 @@ class _Converted:
     lrp_model: torch.nn.Module
     structure: tuple
     hops: int
+    flow: str
     local: bool = True  # False once relevance left its computation subgraph
-
-    @property
-    def flow(self) -> str:
-        return next((m.flow for m in self.lrp_model.modules() if isinstance(m, MessagePassing)),
-                    "source_to_target")
 
 
 def _to_full(result: RelevanceResult, sub: Subgraph, num_nodes: int, num_edges: int) -> RelevanceResult:
@@ -284,7 +280,8 @@ class LRP(ExplainerAlgorithm):
         if cached is None or not _same_structure(cached.structure, structure):
             lrp_model = convert(model, self.rules)
             prepare_for_subgraphs(lrp_model)
-            cached = self._converted[model] = _Converted(lrp_model, structure, count_hops(lrp_model))
+            cached = self._converted[model] = _Converted(lrp_model, structure, count_hops(lrp_model),
+                                                         message_flow(lrp_model))
         return cached
 
     def forward(self, model: torch.nn.Module, x: Tensor, edge_index: Tensor, *, target: Tensor,

@@ -7,13 +7,13 @@ import torch
 from torch import Tensor
 from torch_geometric.explain import Explainer, Explanation
 from torch_geometric.explain.config import ModelMode
-from torch_geometric.nn import MessagePassing
 from tqdm.auto import tqdm
 
 from ..convert import convert
 from ..mode import relevance_pass
 from .algorithm import LRP, MASK_VIEWS, run_relevance
-from .subgraph import Subgraph, count_hops, prepare_for_subgraphs, reaches_ring, receptive_field, slice_inputs
+from .subgraph import (Subgraph, count_hops, message_flow, prepare_for_subgraphs, reaches_ring, receptive_field,
+                       slice_inputs)
 
 __all__ = ["explain", "explain_nodes", "infer_task_level", "infer_mode", "infer_return_type"]
 
@@ -201,7 +201,7 @@ def explain_nodes(
     lrp_model = convert(model, rules)
     prepare_for_subgraphs(lrp_model)
     hops = count_hops(lrp_model) if num_hops is None else num_hops
-    flow = next((m.flow for m in lrp_model.modules() if isinstance(m, MessagePassing)), "source_to_target")
+    flow = message_flow(lrp_model)
     n, e = x.shape[0], edge_index.shape[1]
     model_mode = ModelMode(mode) if mode is not None else None
     if target is not None:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
 
-__all__ = ["Subgraph", "receptive_field", "slice_inputs", "reaches_ring", "count_hops", "prepare_for_subgraphs"]
+__all__ = ["Subgraph", "receptive_field", "slice_inputs", "reaches_ring", "count_hops", "message_flow", "prepare_for_subgraphs"]
 
 
 def count_hops(model: torch.nn.Module) -> int:
@@ -37,6 +37,11 @@ def count_hops(model: torch.nn.Module) -> int:
         elif isinstance(module, MessagePassing):
             hops += 1
     return hops
+
+
+def message_flow(model: torch.nn.Module) -> str:
+    """The ``flow`` of the model's message passing (of its first layer)."""
+    return next((m.flow for m in model.modules() if isinstance(m, MessagePassing)), "source_to_target")
 
 
 def prepare_for_subgraphs(lrp_model: torch.nn.Module) -> None:
