@@ -939,21 +939,24 @@ def test_explain_nodes_with_cached_gcn(warm):
         assert ex.score == pytest.approx(ref.score, rel=1e-5)
 
 
+class Weighted(torch.nn.Module):
+    """A GCN whose forward passes ``edge_weight`` to both layers."""
+
+    def __init__(self, gcn: GCN):
+        super().__init__()
+        self.inner = gcn
+
+    def forward(self, x, edge_index, edge_weight):
+        h = F.relu(self.inner.conv1(x, edge_index, edge_weight))
+        return self.inner.conv2(h, edge_index, edge_weight)
+
+
 def test_explain_nodes_with_edge_weight():
     model = build("gcn")
     x, edge_index = DATA["x"], DATA["edge_index"]
     edge_weight = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(3)) + 0.5
 
-    class Weighted(torch.nn.Module):  # passes edge_weight to both layers
-        def __init__(self):
-            super().__init__()
-            self.inner = model
-
-        def forward(self, x, edge_index, edge_weight):
-            h = F.relu(self.inner.conv1(x, edge_index, edge_weight))
-            return self.inner.conv2(h, edge_index, edge_weight)
-
-    weighted = Weighted().eval()
+    weighted = Weighted(model).eval()
     targets = torch.tensor([3, 9, 22])
     batched = lrp.explain_nodes(weighted, x, edge_index, targets, batch_size=2, edge_weight=edge_weight)
     for t, ex in zip(targets.tolist(), batched):
@@ -1073,18 +1076,7 @@ def test_subgraph_cuts_edge_inputs(pass_sizes):
     gine = GINE(C).eval()
     a, b = (lrp.explain(gine, x, edge_index, index=9, edge_attr=edge_attr, subgraph=s) for s in (True, False))
     assert_same_explanation(a, b)
-    gcn = build("gcn")
-
-    class Weighted(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = gcn
-
-        def forward(self, x, edge_index, edge_weight):
-            h = F.relu(self.inner.conv1(x, edge_index, edge_weight))
-            return self.inner.conv2(h, edge_index, edge_weight)
-
-    weighted = Weighted().eval()
+    weighted = Weighted(build("gcn")).eval()
     c, d = (lrp.explain(weighted, x, edge_index, index=9, edge_weight=edge_weight, subgraph=s)
             for s in (True, False))
     assert_same_explanation(c, d)

@@ -28,7 +28,22 @@ from torch import Tensor
 _open_audits: list["RelevanceAudit"] = []
 
 
-class RelevanceAudit:
+class _Audit:
+    """While open (``with``), relevance ops report to it through ``_record``."""
+
+    def __enter__(self):
+        _open_audits.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _open_audits.remove(self)
+
+    def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
+                relevance_in: Iterable[Optional[Tensor]]) -> None:
+        raise NotImplementedError
+
+
+class RelevanceAudit(_Audit):
     r"""Collects lost and absorbed relevance of every relevance op run while open.
 
     Examples
@@ -46,13 +61,6 @@ class RelevanceAudit:
         self._lost: dict[str, Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         self._absorbed: dict[str, Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
         self._calls: dict[str, int] = defaultdict(int)
-
-    def __enter__(self) -> "RelevanceAudit":
-        _open_audits.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _open_audits.remove(self)
 
     def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
                 relevance_in: Iterable[Optional[Tensor]]) -> None:
@@ -90,7 +98,7 @@ class RelevanceAudit:
         return f"RelevanceAudit(lost={self.lost:.6g}, absorbed={self.absorbed:.6g})"
 
 
-class LostRelevance:
+class LostRelevance(_Audit):
     """The cheap half of :class:`RelevanceAudit`: only the total relevance
     lost at outputs equal to 0 (one masked sum per op, where the full audit
     sums every op's input and output relevance as well).
@@ -101,13 +109,6 @@ class LostRelevance:
 
     def __init__(self) -> None:
         self._lost: Optional[Tensor] = None
-
-    def __enter__(self) -> "LostRelevance":
-        _open_audits.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _open_audits.remove(self)
 
     def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
                 relevance_in: Iterable[Optional[Tensor]]) -> None:
