@@ -1,45 +1,54 @@
-"""Accounting of relevance that a backward pass does not hand on to inputs.
+r"""Accounting of relevance that a backward pass does not hand on to inputs.
 
 Two kinds of relevance leave the pass on the way back:
 
 * **lost** — relevance that reached an output whose value (the denominator of
   the rule) is exactly ``0``; no input contributed to it, so there is nobody to
   give it to;
-* **absorbed** — the rest of the gap between the relevance an op received and
-  the relevance it handed to its inputs: what a bias, an epsilon stabiliser or
-  an operand without relevance (a constant) kept. It is signed: a negative
-  absorbed amount means the op created relevance.
+* **absorbed** — what a bias, a constant term (a constant operand of ``add``
+  or ``cat``), or an epsilon stabiliser kept. Each is *measured* where it
+  happens: a bias or constant :math:`b` of a linear map absorbs
+  :math:`\sum b \odot g` (its value times its gradient in the map), a
+  stabiliser absorbs :math:`\sum R - \sum_k z_k \odot g_k`. It is signed: a
+  negative absorbed amount means relevance was created there.
 
-Every relevance op reports to the audits that are open
-(``with RelevanceAudit() as audit: ...``): :class:`RelevanceAudit` books both
-kinds per op; :class:`LostRelevance` only totals the lost kind, at a fraction
-of the cost (what is absorbed then follows from conservation). With none open,
-ops do no accounting at all, so the pass pays nothing for it and never warns
-per call.
+Every relevance op reports to the audits that are open in the current thread
+or task (``with RelevanceAudit() as audit: ...``, kept in a
+:mod:`contextvars` variable). With none open, ops do no accounting at all, so
+the pass pays nothing for it and never warns per call.
+
+Since every amount is measured, ``seed = input relevance + absorbed + lost``
+is a check, not an identity: whatever does not add up (an op that changes
+relevance without reporting it) is the *residual*.
 """
 from __future__ import annotations
 
+import contextvars
 from collections import defaultdict
 from typing import Iterable, Optional
 
 import torch
 from torch import Tensor
 
-_open_audits: list["RelevanceAudit"] = []
+_open_audits: contextvars.ContextVar[tuple] = contextvars.ContextVar("lrp_open_audits", default=())
 
 
 class _Audit:
-    """While open (``with``), relevance ops report to it through ``_record``."""
+    """While open (``with``), relevance ops of this thread or task report to
+    it through ``_record``."""
 
     def __enter__(self):
-        _open_audits.append(self)
+        self._token = _open_audits.set(_open_audits.get() + (self,))
         return self
 
     def __exit__(self, *exc) -> None:
-        _open_audits.remove(self)
+        _open_audits.reset(self._token)
 
     def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
-                relevance_in: Iterable[Optional[Tensor]]) -> None:
+                relevance_in: Iterable[Optional[Tensor]], lost: Optional[Tensor] = None) -> None:
+        raise NotImplementedError
+
+    def _absorbed_only(self, op: str, amount: Tensor) -> None:
         raise NotImplementedError
 
 
@@ -63,10 +72,13 @@ class RelevanceAudit(_Audit):
         self._calls: dict[str, int] = defaultdict(int)
 
     def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
-                relevance_in: Iterable[Optional[Tensor]]) -> None:
-        lost = _lost(relevance_out, dropped)
+                relevance_in: Iterable[Optional[Tensor]], lost: Optional[Tensor] = None) -> None:
+        lost = lost_of(relevance_out, dropped) if lost is None else lost
         total_in = sum((r.sum() for r in relevance_in if r is not None), lost.new_zeros(()))
         self._add(op, lost, relevance_out.sum() - lost - total_in)
+
+    def _absorbed_only(self, op: str, amount: Tensor) -> None:
+        self._add(op, amount.new_zeros(()), amount)
 
     def _add(self, op: str, lost: Tensor, absorbed: Tensor) -> None:
         self._lost[op] = self._lost[op] + lost.detach().double().cpu()
@@ -80,7 +92,8 @@ class RelevanceAudit(_Audit):
 
     @property
     def absorbed(self) -> float:
-        """Total relevance kept by biases, stabilisers and constant operands."""
+        """Total relevance kept by biases, stabilisers and constant operands, as
+    each of them reported it."""
         return float(sum(v.item() for v in self._absorbed.values()))
 
     @property
@@ -103,33 +116,36 @@ class LostRelevance(_Audit):
     lost at outputs equal to 0 (one masked sum per op, where the full audit
     sums every op's input and output relevance as well).
 
-    Where every op has a rule, what is absorbed follows from it:
-    ``absorbed = seed - input relevance - lost``.
+    It does not measure what is absorbed; use :class:`RelevanceAudit` for that.
     """
 
     def __init__(self) -> None:
         self._lost: Optional[Tensor] = None
 
     def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
-                relevance_in: Iterable[Optional[Tensor]]) -> None:
-        if dropped is not None:
-            lost = _lost(relevance_out, dropped).detach().double()
+                relevance_in: Iterable[Optional[Tensor]], lost: Optional[Tensor] = None) -> None:
+        if dropped is not None or lost is not None:
+            lost = (lost_of(relevance_out, dropped) if lost is None else lost).detach().double()
             self._lost = lost if self._lost is None else self._lost + lost
+
+    def _absorbed_only(self, op: str, amount: Tensor) -> None:
+        pass
 
     @property
     def lost(self) -> float:
         return 0.0 if self._lost is None else self._lost.item()
 
 
-def _lost(relevance_out: Tensor, dropped: Optional[Tensor]) -> Tensor:
+def lost_of(relevance_out: Tensor, dropped: Optional[Tensor]) -> Tensor:
+    """The relevance at the ``dropped`` outputs (0 for ``None``)."""
     if dropped is None:
         return torch.zeros((), dtype=relevance_out.dtype, device=relevance_out.device)
     return torch.where(dropped, relevance_out, 0).sum()
 
 
 def is_active() -> bool:
-    """True when at least one audit is open."""
-    return bool(_open_audits)
+    """True when at least one audit is open in this thread or task."""
+    return bool(_open_audits.get())
 
 
 def record(
@@ -137,13 +153,21 @@ def record(
     relevance_out: Tensor,
     dropped: Optional[Tensor],
     relevance_in: Iterable[Optional[Tensor]],
+    lost: Optional[Tensor] = None,
 ) -> None:
     """Report one backward step of ``op`` to every open audit.
 
     ``dropped`` is a boolean mask (broadcastable to ``relevance_out``) of the
     outputs whose relevance was lost, or ``None`` if none was. ``relevance_in``
     lists the relevance handed to each input (``None`` for inputs that receive
-    none). Called by relevance ops only when :func:`is_active`.
+    none); ``lost`` the lost amount where the caller already has it. Called by
+    relevance ops only when :func:`is_active`.
     """
-    for audit in _open_audits:
-        audit._record(op, relevance_out, dropped, relevance_in)
+    for audit in _open_audits.get():
+        audit._record(op, relevance_out, dropped, relevance_in, lost)
+
+
+def record_absorbed(op: str, amount: Tensor) -> None:
+    """Report relevance ``amount`` (a scalar) kept by a bias or constant."""
+    for audit in _open_audits.get():
+        audit._absorbed_only(op, amount)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .audit import RelevanceAudit
 from .convert import convert
-from .mode import relevance_pass
+from .mode import current_mode, relevance_pass
 
 __all__ = ["check_conservation", "ConservationReport", "LayerRelevance"]
 
@@ -35,8 +35,11 @@ class LayerRelevance:
 class ConservationReport:
     """What one relevance pass did with the seeded relevance.
 
-    ``seed = input_relevance + absorbed + lost`` holds by construction of the
-    ops with rules; an op that has no rule (listed in ``unsupported``) breaks it.
+    Every amount is measured where it happens (input relevance at the inputs,
+    absorbed at each bias, constant and stabiliser, lost at outputs equal to
+    0), so ``seed = input_relevance + absorbed + lost`` is a check: an op that
+    has no rule (listed in ``unsupported``) or changes relevance without
+    reporting it shows in :attr:`residual`.
     """
 
     seed: float
@@ -143,10 +146,12 @@ def check_conservation(
     def watch(name):
         def pre(module, margs, mkwargs):
             # An alias per input, so that its gradient is this module's share only.
+            mode = current_mode()
+
             def alias(a):
-                if isinstance(a, Tensor) and a.requires_grad:
-                    a = a.view_as(a)
-                    a.register_hook(lambda g: _add(name, "leaving", g))
+                if isinstance(a, Tensor) and a.requires_grad and mode is not None:
+                    a = mode.alias(a)
+                    mode.relevance_hook(a, lambda r: _add(name, "leaving", r))
                 elif isinstance(a, (list, tuple)):
                     a = type(a)(alias(v) for v in a)
                 return a
@@ -156,18 +161,20 @@ def check_conservation(
             # An alias per output too: the gradient of the output itself would
             # also count the uses of that tensor inside the module (a module
             # that returns h and also computed its other output from h).
+            mode = current_mode()
+
             def alias(a):
-                if isinstance(a, Tensor) and a.requires_grad:
-                    a = a.view_as(a)
-                    a.register_hook(lambda g: _add(name, "entering", g))
+                if isinstance(a, Tensor) and a.requires_grad and mode is not None:
+                    a = mode.alias(a)
+                    mode.relevance_hook(a, lambda r: _add(name, "entering", r))
                 elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
                     a = type(a)(alias(v) for v in a)
                 return a
             return alias(out)
         return pre, post
 
-    def _add(name, attr, grad):
-        setattr(layers[name], attr, getattr(layers[name], attr) + grad.sum().item())
+    def _add(name, attr, relevance):
+        setattr(layers[name], attr, getattr(layers[name], attr) + relevance.sum().item())
 
     for name, module in model.named_modules():
         if name:

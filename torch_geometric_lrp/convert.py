@@ -22,9 +22,11 @@ from torch_geometric.nn.sequential import Sequential as PyGSequential
 from torch_geometric.utils._trim_to_layer import TrimToLayer
 
 from . import nn as lrp_nn
+from .mode import unwrap
 from .rules import Epsilon, Gamma, Rule
 
-__all__ = ["convert", "register", "resolve_rules", "UnsupportedModuleError", "DEFAULT_LOWER", "DEFAULT_UPPER"]
+__all__ = ["convert", "register", "resolve_rules", "type_rules", "UnsupportedModuleError", "DEFAULT_LOWER",
+           "DEFAULT_UPPER"]
 
 #: PyG layer -> its LRP subclass.
 LRP_LAYERS: dict[type, type] = {getattr(pyg_nn, name): getattr(lrp_nn, name) for name in lrp_nn.__all__}
@@ -107,24 +109,46 @@ def _clear_explainer_state(layer: MessagePassing) -> None:
     layer.__dict__.update(_edge_mask=None, _loop_mask=None, _explain=None)
 
 
-def resolve_rules(model: torch.nn.Module, rules: Optional[dict] = None) -> dict[str, Rule]:
+def _check_rules(rules) -> dict:
+    """``rules`` as a composite dict; a single rule is ``{torch.nn.Module: rule}``."""
+    if rules is None:
+        return {}
+    if isinstance(rules, Rule):
+        return {torch.nn.Module: rules}
+    if not isinstance(rules, dict):
+        raise TypeError(
+            f"rules: expected a rule (e.g. lrp.rules.Gamma(0.25)) or a dict mapping module types or "
+            f"qualified names to rules (e.g. {{GCNConv: lrp.rules.Gamma(0.25), 'lin': lrp.rules.Epsilon()}}), "
+            f"got {type(rules).__name__}: {rules!r}."
+        )
+    for key, value in rules.items():
+        if not isinstance(key, (str, type)):
+            raise TypeError(f"rules: keys must be module types or qualified names, got {key!r}.")
+        if not isinstance(value, Rule):
+            raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r} "
+                            f"for key {key!r}.")
+    return dict(rules)
+
+
+def type_rules(rules) -> tuple:
+    """The ``(type, rule)`` entries of ``rules`` (a single rule: every module),
+    for modules that are not part of the model (a forward may call them)."""
+    return tuple((k, v) for k, v in _check_rules(rules).items() if isinstance(k, type))
+
+
+def resolve_rules(model: torch.nn.Module, rules=None) -> dict[str, Rule]:
     """The rule of every module of ``model``, by qualified name.
 
-    For each module, in this order: an entry of ``rules`` whose key is its
+    ``rules`` is a single :class:`~torch_geometric_lrp.rules.Rule` (every
+    module) or a composite dict. For each module, in this order: an entry of ``rules`` whose key is its
     qualified name (or a glob pattern of it, e.g. ``"convs.0*"``); an entry
     whose key is a type it is an instance of; the rule of its parent; the
     default composite (:data:`DEFAULT_LOWER` for message-passing layers below
     the last one, :data:`DEFAULT_UPPER` elsewhere).
     """
-    rules = dict(rules or {})
+    rules = _check_rules(rules)
     by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
     by_name = {k: v for k, v in rules.items() if isinstance(k, str)}
-    for key in rules:
-        if not isinstance(key, (str, type)):
-            raise TypeError(f"rules: keys must be module types or qualified names, got {key!r}.")
-    for value in rules.values():
-        if not isinstance(value, Rule):
-            raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r}.")
 
     message_passing = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
     last_mp = message_passing[-1] if message_passing else None
@@ -179,7 +203,9 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}.")
-    extra = tuple(k for k in (rules or {}) if isinstance(k, type))
+    model = unwrap(model)
+    rules = _check_rules(rules)
+    extra = tuple(k for k in rules if isinstance(k, type) and k is not torch.nn.Module)
     unsupported = [(name or "<model>", type(m)) for name, m in model.named_modules() if not _is_supported(m, extra)]
     if unsupported:
         lines = "\n".join(f"  - {name} ({t.__module__}.{t.__qualname__})" for name, t in unsupported)

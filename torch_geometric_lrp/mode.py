@@ -1,22 +1,35 @@
 """The relevance pass: torch ops called during a forward get relevance rules.
 
 :class:`RelevanceMode` is a :class:`torch.overrides.TorchFunctionMode`. While
-it is active, every torch function call whose tensor arguments *carry
-relevance* (``requires_grad``; inside :func:`relevance_pass` the parameters do
-not, so exactly the tensors computed from the explained inputs do) is routed:
+it is active (in the thread or task that entered it), every torch function
+call whose tensor arguments *carry relevance* is routed. A tensor carries
+relevance when it requires grad and is not a parameter: the explained inputs
+and everything computed from them. Parameters are constants of the pass (the
+mode detaches them at each op, so nothing on the model is toggled).
 
-* ops that merge or scale values (``add``, ``sub``, ``mul``, ``div``,
-  ``linear``, ``matmul``, ``sum``, ``mean``, ``scatter_add_``,
-  ``scatter_reduce_``, ``index_add_``, torch_scatter's max/min and segment
-  ops, ``batch_norm``, ``layer_norm``, max/min reductions) go to their
-  relevance Function in :mod:`torch_geometric_lrp.functional`;
-* element-wise activations go to the pass rule;
-* copies and views (indexing, ``cat``, ``view``, ...) run as they are: their
-  gradient already is the relevance rule;
-* anything else whose output carries relevance has no rule. It is never given
+* **Linear ops** (``add``, ``sub``, ``mul`` / ``div`` by a constant,
+  ``linear``, ``matmul``, ``sum``, ``mean``, sum and mean scatters,
+  ``batch_norm`` with running statistics, and copies such as indexing,
+  ``cat`` and ``view``) extend the *linear map* they belong to. Each runs on
+  the plain values and once per stream of the rule in effect (see
+  :mod:`torch_geometric_lrp.rules` and :mod:`torch_geometric_lrp.maps`), so
+  the rule sees the whole map between two non-linearities: messages,
+  aggregation, root term and bias of a message-passing layer, or a chain of
+  ``Linear`` layers.
+* **Non-linear ops** end the maps that feed them and get an op-level rule from
+  :mod:`torch_geometric_lrp.functional`: element-wise activations pass
+  relevance, max/min reductions and scatters give it to the winner, the
+  product of two signals splits it in halves, ``layer_norm`` treats its
+  standard deviation as a constant.
+* Anything else whose output carries relevance has no rule. It is never given
   gradient semantics silently: with ``strict=True`` it raises
   :class:`UnsupportedOpError`, otherwise it is counted in
   :attr:`RelevanceMode.unsupported`.
+
+The rule in effect is the one of the innermost running module that has one
+(module hooks keep track), else ``default_rule``. Under the
+:class:`~torch_geometric_lrp.rules.Pass` rule linear ops use their op-level
+rules instead.
 
 This reaches stock PyG layers (their ``propagate`` is plain torch code) and
 the functional code of a model's own ``forward`` alike, so there is one
@@ -24,22 +37,28 @@ mechanism for both.
 """
 from __future__ import annotations
 
+import contextvars
 import sys
+import threading
+import weakref
 from collections import Counter
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn import Parameter
 from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils.weak import WeakIdKeyDictionary
 
 from . import functional as R
-from .rules import Epsilon, Rule
+from . import maps
+from .rules import Epsilon, Pass, Rule
 
 __all__ = ["RelevanceMode", "UnsupportedOpError", "relevance_pass", "is_active", "current_mode"]
 
-_active: list["RelevanceMode"] = []
+_modes: contextvars.ContextVar[tuple] = contextvars.ContextVar("lrp_relevance_modes", default=())
 
 
 class UnsupportedOpError(RuntimeError):
@@ -47,17 +66,20 @@ class UnsupportedOpError(RuntimeError):
 
 
 def is_active() -> bool:
-    """True while a relevance pass runs (layers use it to switch behaviour)."""
-    return bool(_active)
+    """True while a relevance pass runs in this thread or task (layers use it
+    to switch behaviour)."""
+    return bool(_modes.get())
 
 
 def current_mode() -> Optional["RelevanceMode"]:
-    return _active[-1] if _active else None
+    """The innermost relevance mode of this thread or task, or ``None``."""
+    modes = _modes.get()
+    return modes[-1] if modes else None
 
 
 def _carries(obj: Any) -> bool:
     if isinstance(obj, Tensor):
-        return obj.requires_grad
+        return obj.requires_grad and not isinstance(obj, Parameter)
     if isinstance(obj, (list, tuple)):
         return _any_carries(obj)
     if isinstance(obj, dict):
@@ -69,11 +91,32 @@ def _any_carries(objs) -> bool:
     # A plain loop: this runs for every torch call of the pass.
     for obj in objs:
         if isinstance(obj, Tensor):
-            if obj.requires_grad:
+            if obj.requires_grad and not isinstance(obj, Parameter):
                 return True
         elif isinstance(obj, (list, tuple, dict)) and _carries(obj):
             return True
     return False
+
+
+def _has_parameter(objs) -> bool:
+    for obj in objs:
+        if isinstance(obj, Parameter):
+            return True
+        if isinstance(obj, (list, tuple)) and _has_parameter(obj):
+            return True
+    return False
+
+
+def _detach_parameters(args, kwargs):
+    """Parameters are constants of the pass: detached, so that nothing
+    computed from them alone requires grad."""
+    def detach(obj):
+        if isinstance(obj, Parameter):
+            return obj.detach()
+        if isinstance(obj, (list, tuple)) and _has_parameter(obj):
+            return type(obj)(detach(o) for o in obj)
+        return obj
+    return tuple(detach(a) for a in args), {k: detach(v) for k, v in kwargs.items()}
 
 
 _names: dict = {}  # func -> short name (resolve_name is slow: cache it)
@@ -353,8 +396,88 @@ HANDLERS: dict[str, Callable] = {
 }
 
 
+# ---------------------------------------------------------------------------
+# Linear ops: they extend a linear map (run on values and on each stream).
+# ---------------------------------------------------------------------------
+# Kinds say what a constant operand is: in "add" ops a bias (absorbs
+# relevance), in "mul" ops a weight (a parameter, modified by the rule) or a
+# gate (kept), in "copy" ops at a data position an input-like constant.
+_ADD_OPS = """add __add__ __radd__ __iadd__ add_ sub __sub__ __isub__ sub_ subtract __rsub__ rsub
+neg __neg__ negative sum mean scatter_add_ scatter_add index_add_ index_add scatter_reduce_ scatter_reduce
+segment_sum_csr segment_mean_csr""".split()
+_SCALAR_TERMS = frozenset("""add __add__ __radd__ __iadd__ add_ sub __sub__ __isub__ sub_ subtract __rsub__
+rsub""".split())
+_MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itruediv__ div_ true_divide divide
+matmul __matmul__ mm""".split()
+SEGMENT_COPIES = frozenset("""
+__getitem__ index_select gather take take_along_dim masked_select
+view view_as reshape reshape_as expand expand_as broadcast_to repeat repeat_interleave tile
+cat concat concatenate stack hstack vstack transpose t T.__get__ mT.__get__
+permute movedim swapaxes squeeze unsqueeze contiguous clone
+flatten unflatten narrow select split split_with_sizes tensor_split chunk unbind
+to float double half bfloat16 type type_as cpu cuda masked_fill index_fill flip roll pad where
+index_put gather_csr
+""".split())
+LINEAR_OPS: dict[str, str] = {
+    **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
+    "linear": "linear", "batch_norm": "batch_norm", **{name: "copy" for name in SEGMENT_COPIES},
+}
+# In-place ops run out of place (the caller uses the returned tensor).
+_OUT_OF_PLACE = {
+    "__iadd__": torch.add, "add_": torch.add, "__isub__": torch.sub, "sub_": torch.sub,
+    "__imul__": torch.mul, "mul_": torch.mul, "__itruediv__": torch.div, "div_": torch.div,
+    "scatter_add_": torch.scatter_add, "index_add_": torch.index_add, "scatter_reduce_": torch.scatter_reduce,
+}
+# Ops that only read metadata: they neither end a map nor need a rule.
+_METADATA = frozenset("""size dim numel shape.__get__ dtype.__get__ device.__get__ ndim.__get__ layout.__get__
+is_floating_point is_complex __len__ stride is_contiguous element_size storage_offset requires_grad.__get__
+is_leaf.__get__ grad_fn.__get__ is_sparse.__get__ is_cuda.__get__ nelement ndimension get_device
+new_zeros new_ones new_full new_empty zeros_like ones_like empty_like full_like""".split())
+_BATCH_NORM_ROLES = {1: "gate", "running_mean": "gate", 2: "gate", "running_var": "gate",
+                     3: "weight", "weight": "weight", 4: "bias", "bias": "bias"}
+
+
+def _is_linear(name: str, kind: str, args, kwargs) -> bool:
+    """Whether this call of a linear-kind op is linear in its signals."""
+    if kind == "mul":
+        if name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide")):
+            return kwargs.get("rounding_mode") is None and len(args) > 1 and not _carries(args[1])
+        return sum(_carries(a) for a in args[:2]) == 1
+    if kind == "linear":
+        return not (_carries(args[1:]) or _carries(kwargs.get("weight")) or _carries(kwargs.get("bias")))
+    if kind == "batch_norm":
+        training = args[5] if len(args) > 5 else kwargs.get("training", False)
+        return not training and not _carries(args[1:]) and not _carries(list(kwargs.values()))
+    if name.startswith("scatter_reduce"):
+        reduce = args[4] if len(args) > 4 else kwargs.get("reduce")
+        return reduce in ("sum", "mean")
+    return True
+
+
+def _is_data(name: str, key) -> bool:
+    """Positions of a copy op that hold data (the rest are shapes, indices or
+    dtype references)."""
+    if key == 0 or key == "input" or (isinstance(key, tuple) and key[0] == 0):
+        return True
+    return name == "where" and key in (1, 2, "other") or name == "index_put" and key in (2, "values")
+
+
+def _walk(args, kwargs, fn):
+    """``fn(tensor, key)`` on every tensor of ``args`` (and of lists in them)
+    and ``kwargs``; ``key`` is the position, ``(position, item)`` or the name."""
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            out.append(fn(a, i))
+        elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
+            out.append(type(a)([fn(t, (i, j)) if isinstance(t, Tensor) else t for j, t in enumerate(a)]))
+        else:
+            out.append(a)
+    return out, {k: fn(v, k) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
+
+
 class RelevanceMode(TorchFunctionMode):
-    """Routes torch ops on relevance-carrying tensors to relevance Functions.
+    """Routes torch ops on relevance-carrying tensors to relevance rules.
 
     Parameters
     ----------
@@ -363,40 +486,177 @@ class RelevanceMode(TorchFunctionMode):
         relevance but has no rule (default). With ``False`` such ops run with
         their gradient and are counted in :attr:`unsupported`.
     rules : dict, optional
-        ``{module: Rule}``: the rule of the weighted ops run inside each module
-        (the innermost running module with an entry wins; a module's entry
-        takes effect when something calls :meth:`enter` and :meth:`leave`
-        around its forward, as :func:`relevance_pass` does).
+        ``{module: Rule}``: the rule of the linear maps run inside each module
+        (the innermost running module with an entry wins).
     default_rule : Rule, optional
         The rule where no module has one (default ``Epsilon()``).
-    names : dict, optional
-        ``{module: qualified name}`` for messages.
+    type_rules : sequence of (type, Rule), optional
+        Rules for modules not in ``rules`` (for example modules a forward
+        reaches outside the model), by type.
     model : Module, optional
-        Where to find module names for messages when ``names`` is not given
-        (looked up only when a message is written).
+        Where to find module names for messages.
     """
 
     def __init__(self, strict: bool = True, rules: Optional[dict] = None,
                  default_rule: Optional[Rule] = None, names: Optional[dict] = None,
-                 model: Optional[torch.nn.Module] = None):
+                 model: Optional[torch.nn.Module] = None, type_rules: Sequence = ()):
         super().__init__()
         self.strict = strict
         self.rules = {id(m): r for m, r in (rules or {}).items()}
+        self._keep_alive = list((rules or {}).keys())  # ids stay valid while the mode lives
+        self.type_rules = tuple(type_rules)
         self.default_rule = default_rule or Epsilon()
         self._names = None if names is None else {id(m): n for m, n in names.items()}
         self._model = model
-        self.modules: list[torch.nn.Module] = []  # the running modules that have a rule
+        self._stack: list = []  # (module, rule in effect) of the running modules
         self.unsupported: Counter = Counter()
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
+        # output of a linear op -> (rule, stream outputs): where a linear op
+        # that consumes it continues the map
+        self._maps = WeakIdKeyDictionary()
 
+    # -- rules of the running modules ------------------------------------------------------
     def enter(self, module: torch.nn.Module, *args) -> None:
-        """A module with a rule starts running (a forward pre-hook)."""
-        self.modules.append(module)
+        """A module starts running (a forward pre-hook)."""
+        if current_mode() is not self:
+            return
+        rule = self.rules.get(id(module))
+        if rule is None and self.type_rules:
+            rule = next((r for t, r in self.type_rules if isinstance(module, t)), None)
+        self._stack.append((module, rule if rule is not None else self.current_rule()))
 
     def leave(self, module: torch.nn.Module, *args) -> None:
-        """It is done (a forward hook)."""
-        self.modules.pop()
+        """It is done (a forward hook that is always called)."""
+        if current_mode() is self and self._stack and self._stack[-1][0] is module:
+            self._stack.pop()
 
+    def current_rule(self) -> Rule:
+        return self._stack[-1][1] if self._stack else self.default_rule
+
+    # -- linear maps ---------------------------------------------------------------------------
+    def in_map(self, t: Tensor) -> bool:
+        """Whether ``t`` is the output of a linear op (a linear op that
+        consumes it continues its map)."""
+        return isinstance(t, Tensor) and t in self._maps
+
+
+    def alias(self, t: Tensor) -> Tensor:
+        """A view of ``t`` in the same linear map (under ``t``'s own rule): a
+        separate handle whose relevance counts only the uses of the alias."""
+        entry = self._maps.get(t)
+        if entry is None:
+            with torch.enable_grad():
+                return t.view_as(t)
+        return self._linear_op("view_as", Tensor.view_as, "copy", entry[0], (t, t), {})
+
+    def relevance_hook(self, t: Tensor, fn: Callable[[Tensor], None]) -> None:
+        """Call ``fn(relevance)`` with the relevance of ``t`` during the
+        backward: its gradient, or inside a linear map the sum over streams of
+        stream value times stream gradient (``fn`` may be called once per
+        stream with that stream's part)."""
+        entry = self._maps.get(t)
+        if entry is None:
+            t.register_hook(lambda grad: fn(grad))
+            return
+        for output in entry[1]:
+            value = output.detach()
+            output.register_hook(lambda grad, value=value: fn(grad * value))
+
+    def _register(self, value, rule: Rule, outputs: list):
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._register(v, rule, [o[i] for o in outputs]) for i, v in enumerate(value))
+        if not isinstance(value, Tensor) or not value.is_floating_point() or not outputs[0].requires_grad:
+            return value  # an integer copy, or nothing left that carries relevance
+        # The value leaves as the end of its map (so that a consumer that is
+        # not a linear op, or a plain ``backward``, sees relevance); a linear
+        # op that consumes it continues the map from the stream outputs.
+        closed = maps.close(value, rule, outputs)
+        self._maps[closed] = (rule, tuple(outputs))
+        return closed
+
+    def _linear_op(self, name: str, func: Callable, kind: str, rule: Rule, args, kwargs):
+        fn = _OUT_OF_PLACE.get(name, func)
+        if name in _SCALAR_TERMS and len(args) > 1 and isinstance(args[1], (int, float)) and isinstance(args[0], Tensor):
+            # a number added to a signal is a constant term: as a tensor, what it absorbs is measured
+            args = (args[0], torch.tensor(args[1], dtype=args[0].dtype, device=args[0].device), *args[2:])
+        streams = rule.streams()
+
+        def role(t: Tensor, key) -> str:
+            if kind == "copy" and not _is_data(name, key):
+                return "ref"
+            if not t.is_floating_point():
+                return "ref"
+            if _carries(t):
+                return "signal"
+            if kind == "add":
+                return "bias"
+            if kind == "mul":
+                return "weight" if isinstance(t, Parameter) else "gate"
+            if kind == "linear":
+                return "weight" if key in (1, "weight") else "bias"
+            if kind == "batch_norm":
+                return _BATCH_NORM_ROLES.get(key, "gate")
+            return "input"
+
+        def value_of(t: Tensor, key):
+            return t.detach() if t.requires_grad else t
+
+        signals = []
+        _walk(args, kwargs, lambda t, key: signals.append(t) if role(t, key) == "signal" else None)
+        if not signals:  # relevance only in a shape or dtype reference (expand_as, type_as)
+            a, kw = _walk(args, kwargs, value_of)
+            return fn(*a, **kw)
+        if kind == "copy" and not any(t in self._maps for t in signals):
+            return NotImplemented  # a copy of relevance tensors: its gradient is the rule, no map needed
+        outputs = []
+        with torch.enable_grad():
+            for k, stream in enumerate(streams):
+                def stream_arg(t: Tensor, key, k=k, stream=stream):
+                    r = role(t, key)
+                    if r == "signal":
+                        return self._stream_input(t, rule, k, stream)
+                    if r == "weight":
+                        return stream.weight(t.detach())
+                    if r in ("gate", "ref"):
+                        return value_of(t, key)
+                    c = (stream.bias if r == "bias" else stream.input)(t.detach())
+                    return maps.constant(c, "bias" if r == "bias" else "constant") if bool(c.any()) else c
+                a, kw = _walk(args, kwargs, stream_arg)
+                outputs.append(fn(*a, **kw))
+        if len(streams) == 1 and streams[0].identity:
+            value = outputs[0]
+        else:
+            with torch.no_grad():
+                a, kw = _walk(args, kwargs, value_of)
+                value = fn(*a, **kw)
+        return self._register(value, rule, outputs)
+
+    def _batch_norm(self, rule: Rule, input, running_mean, running_var, weight=None, bias=None,
+                    training=False, momentum=0.1, eps=1e-5):
+        r"""Batch norm with running statistics is :math:`x s + t` with
+        :math:`s = w / \sqrt{\sigma^2 + \epsilon}` a gate and
+        :math:`t = b - \mu s` a bias: two ops of the map, so what ``t``
+        absorbs is measured."""
+        scale = torch.rsqrt(running_var + eps)
+        if weight is not None:
+            scale = scale * weight.detach()
+        shift = -running_mean * scale
+        if bias is not None:
+            shift = shift + bias.detach()
+        shape = [1] * input.dim()
+        shape[1 if input.dim() > 1 else 0] = -1
+        scaled = self._linear_op("mul", torch.mul, "mul", rule, (input, scale.view(shape)), {})
+        return self._linear_op("add", torch.add, "add", rule, (scaled, shift.view(shape)), {})
+
+    def _stream_input(self, t: Tensor, rule: Rule, k: int, stream) -> Tensor:
+        entry = self._maps.get(t)
+        if entry is not None:
+            if entry[0] == rule:
+                return entry[1][k]
+            pass  # a map under another rule ends here: t is its (closed) end
+        return maps.open_stream(t, None if stream.input is _same_input else stream.input)
+
+    # -- the mode ------------------------------------------------------------------------------
     def logits_of(self, out: Tensor) -> Tensor:
         """The logits under ``out``: the input of the softmax / log-softmax /
         sigmoid that produced ``out`` in this pass, seen through reshapes
@@ -411,10 +671,34 @@ class RelevanceMode(TorchFunctionMode):
             return out
         return logits.reshape(out.shape)
 
-    def current_rule(self) -> Rule:
-        if self.modules:
-            return self.rules[id(self.modules[-1])]
-        return self.default_rule
+    def watch(self, t: Optional[Tensor]) -> Optional[Tensor]:
+        """A copy of input ``t`` that carries relevance (``None`` and
+        non-floating tensors are returned as they are). Works under
+        ``torch.no_grad()`` and ``torch.inference_mode()``."""
+        if not isinstance(t, Tensor) or not t.is_floating_point():
+            return t
+        with torch.inference_mode(False), torch.enable_grad():
+            return t.detach().clone().requires_grad_()
+
+    def backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]]) -> list[Optional[Tensor]]:
+        """Seed ``out`` with relevance ``seed`` and return the relevance of each
+        of ``inputs`` (zeros for an input that received none; ``None`` stays
+        ``None``). Works inside and after the pass, and under ``no_grad``."""
+        wanted = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
+        grads: Sequence = ()
+        if out.requires_grad:
+            with torch.enable_grad():
+                extra = [maps.anchor(out.device)]
+                grads = torch.autograd.grad(out, wanted + extra, seed, allow_unused=True)[:len(wanted)]
+        found = {id(t): g for t, g in zip(wanted, grads)}
+        result = []
+        for t in inputs:
+            if not isinstance(t, Tensor):
+                result.append(None)
+            else:
+                g = found.get(id(t))
+                result.append(torch.zeros_like(t) if g is None else g)
+        return result
 
     def where(self) -> str:
         """Where the running op is, for messages: the innermost module whose
@@ -435,20 +719,36 @@ class RelevanceMode(TorchFunctionMode):
         return "the model's forward"
 
     def __enter__(self):
-        _active.append(self)
+        self._token = _modes.set(_modes.get() + (self,))
         return super().__enter__()
 
     def __exit__(self, *exc):
-        _active.remove(self)
+        _modes.reset(self._token)
         return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not (_any_carries(args) or kwargs and _any_carries(kwargs.values())):
             # Bookkeeping (degrees, self-loops, index arithmetic): no relevance
-            # goes in, so none comes out (parameters are frozen in the pass).
+            # goes in, so none comes out; parameters enter as constants.
+            if _has_parameter(args) or kwargs and _has_parameter(kwargs.values()):
+                args, kwargs = _detach_parameters(args, kwargs)
             return func(*args, **kwargs)
         name = _op_name(func)
+        if name in _METADATA:
+            return func(*args, **kwargs)
+        kind = LINEAR_OPS.get(name)
+        if kind is not None:
+            rule = self.current_rule()
+            if not isinstance(rule, Pass) and _is_linear(name, kind, args, kwargs):
+                if kind == "batch_norm":
+                    return self._batch_norm(rule, *args, **kwargs)
+                out = self._linear_op(name, func, kind, rule, args, kwargs)
+                if out is not NotImplemented:
+                    return out
+        # A non-linear op (or the op-level Pass rule): the maps feeding it end
+        # here (their outputs are already closed), parameters are constants.
+        args, kwargs = _detach_parameters(args, kwargs)
         handler = HANDLERS.get(name)
         if handler is not None:
             out = handler(self, *args, **kwargs)
@@ -471,89 +771,124 @@ class RelevanceMode(TorchFunctionMode):
         self.unsupported[key] += 1
 
 
+from .rules import _same as _same_input  # noqa: E402  (the identity input modifier)
+
+
+# ---------------------------------------------------------------------------
+# The pass on a model: a reversible context
+# ---------------------------------------------------------------------------
+_locks: "weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock]" = weakref.WeakKeyDictionary()
+_locks_guard = threading.Lock()
+
+
+def _lock(model: torch.nn.Module) -> threading.RLock:
+    with _locks_guard:
+        lock = _locks.get(model)
+        if lock is None:
+            lock = _locks[model] = threading.RLock()
+        return lock
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The eager module behind a ``torch.compile``-d one (the pass needs the
+    Python forward; compiled graphs do not call the mode op by op)."""
+    return getattr(model, "_orig_mod", model) if type(model).__name__ == "OptimizedModule" else model
+
+
+@contextmanager
+def _prepared(model: torch.nn.Module) -> Iterator[None]:
+    """What the pass needs of the model, undone on exit whatever happens:
+    eval mode, messages through ``message`` / ``aggregate`` (no fused
+    sparse kernels), no cached normalised graph (the pass may run on a
+    subgraph), no edge masks of other explainers, and the attention layers'
+    relevance versions (:mod:`torch_geometric_lrp.nn`, whose attention is a
+    constant inside a pass and which behave exactly like the PyG layer
+    elsewhere, in every thread)."""
+    from .nn.conv import SWAPPABLE  # late: nn imports this module
+    undo: list = []
+    try:
+        for module in model.modules():
+            if module.training:
+                module.training = False
+                undo.append((module, "training", True))
+            for attr, off in (("fuse", False), ("cached", False), ("_explain", False)):
+                if getattr(module, attr, None) is True:
+                    object.__setattr__(module, attr, off) if attr == "_explain" else setattr(module, attr, off)
+                    undo.append((module, attr, True))
+            swap = SWAPPABLE.get(type(module))
+            if swap is not None:
+                undo.append((module, "__class__", type(module)))
+                module.__class__ = swap
+        yield
+    finally:
+        for module, attr, value in reversed(undo):
+            if attr == "__class__":
+                module.__class__ = value
+            else:
+                object.__setattr__(module, attr, value)
+
+
 @contextmanager
 def relevance_pass(
     model: Optional[torch.nn.Module] = None,
     *,
     strict: bool = True,
-    rules: Optional[dict] = None,
+    rules: Union[None, Rule, dict] = None,
     default_rule: Optional[Rule] = None,
 ) -> Iterator[RelevanceMode]:
-    """Run a forward (and its ``backward``) as a relevance pass.
+    """Run a forward (and :meth:`RelevanceMode.backward`) as a relevance pass
+    of ``model`` itself.
 
-    Inside, the model is in eval mode, its parameters do not require grad
-    (so only tensors computed from inputs that do carry relevance), fused
-    sparse message passing is off (so messages go through ``message`` and
-    ``aggregate``), and :class:`RelevanceMode` is active. Everything is put
-    back on exit, whatever happens inside.
+    Inside, the model is in eval mode, messages go through ``message`` and
+    ``aggregate``, cached graphs are not used, the attention layers treat
+    their coefficients as constants, and :class:`RelevanceMode` is active
+    in this thread. Everything is put back on exit, whatever happens inside;
+    passes on one model from several threads take turns. Parameters are not
+    touched: the mode treats them as constants.
 
-    ``rules`` defaults to the composite that :func:`torch_geometric_lrp.convert`
-    stored on ``model``.
+    ``rules`` is a :class:`~torch_geometric_lrp.rules.Rule` for every module,
+    or a composite ``{module type or qualified name (glob): Rule}`` merged over
+    the default (see :func:`torch_geometric_lrp.convert.resolve_rules`); a
+    model made by :func:`~torch_geometric_lrp.convert` brings its own. With
+    only ``default_rule`` given, that rule applies everywhere.
 
     Examples
     --------
-    >>> x = x.clone().requires_grad_()
-    >>> with lrp.relevance_pass(model):
+    >>> with lrp.relevance_pass(model) as mode:
+    ...     x = mode.watch(x)
     ...     out = model(x, edge_index)
-    ...     out.backward(seed)
-    >>> x.grad  # input relevance
+    ...     (relevance,) = mode.backward(out, seed, [x])
     """
-    saved_grad, saved_training, saved_fuse, hooks = [], [], [], []
+    from .convert import resolve_rules, type_rules  # late: convert imports nn, which imports this module
     hooked: dict = {}
+    by_type: tuple = ()
     if model is not None:
+        model = unwrap(model)
         named = list(model.named_modules())
-        if rules is None:
-            by_name = getattr(model, "_lrp_rules", {})
-            rules = {module: by_name[name] for name, module in named if name in by_name}
-        hooked = _rule_changes(named, rules, default_rule or Epsilon())
-        for p in model.parameters():
-            if p.requires_grad:
-                saved_grad.append(p)
-                p.requires_grad_(False)
-        for _, m in named:
-            if m.training:
-                saved_training.append(m)
-            if getattr(m, "fuse", None) is True:
-                saved_fuse.append(m)
-                m.fuse = False
-        if saved_training:
-            model.eval()
-    else:
-        hooked = dict(rules or {})
-    mode = RelevanceMode(strict=strict, rules=hooked, default_rule=default_rule, model=model)
-    for module in hooked:
-        hooks.append(module.register_forward_pre_hook(mode.enter))
-        hooks.append(module.register_forward_hook(mode.leave, always_call=True))
-    try:
-        with mode:
-            yield mode
-    finally:
-        for h in hooks:
-            h.remove()
-        for p in saved_grad:
-            p.requires_grad_(True)
-        for m in saved_training:
-            m.training = True
-        for m in saved_fuse:
-            m.fuse = True
-
-
-def _rule_changes(named: list, rules: dict, default_rule: Rule) -> dict:
-    """The entries of ``rules`` that change the rule in effect, given the
-    model's ``named_modules()``: a module whose rule equals its parent's needs
-    no bookkeeping while it runs (hooks on every module made each module call
-    slower). This reads the module tree as the call nesting, as it is in
-    PyTorch models; a module that is called from outside its parent and has
-    its parent's rule runs with the rule of the module that calls it."""
-    effective: dict[str, Rule] = {}
-    changes, seen = {}, set()
-    for name, module in named:
-        seen.add(id(module))
-        inherited = effective[name.rpartition(".")[0]] if name else default_rule
-        rule = rules.get(module, inherited)
-        effective[name] = rule
-        if rule != inherited:
-            changes[module] = rule
-    # modules outside the model (called from its forward) keep their entry
-    changes.update({m: r for m, r in rules.items() if id(m) not in seen})
-    return changes
+        if rules is None and hasattr(model, "_lrp_rules"):
+            by_name = model._lrp_rules
+        elif rules is None and default_rule is not None:
+            by_name = {}  # one rule everywhere
+        else:
+            by_name = resolve_rules(model, rules)
+        hooked = {module: by_name[name] for name, module in named if name in by_name}
+        by_type = type_rules(rules)
+        if isinstance(rules, Rule) and default_rule is None:
+            default_rule = rules
+    elif rules is not None:
+        hooked = dict(rules) if isinstance(rules, dict) else {}
+        default_rule = rules if isinstance(rules, Rule) else default_rule
+    mode = RelevanceMode(strict=strict, rules=hooked, default_rule=default_rule, model=model, type_rules=by_type)
+    with ExitStack() as stack:
+        if model is not None:
+            stack.enter_context(_lock(model))
+            stack.enter_context(_prepared(model))
+        stack.enter_context(torch.inference_mode(False))
+        stack.enter_context(torch.enable_grad())
+        if hooked or by_type:
+            pre = torch.nn.modules.module.register_module_forward_pre_hook(mode.enter)
+            stack.callback(pre.remove)
+            post = torch.nn.modules.module.register_module_forward_hook(mode.leave, always_call=True)
+            stack.callback(post.remove)
+        stack.enter_context(mode)
+        yield mode

@@ -1,28 +1,35 @@
-r"""LRP rules: how a weighted layer hands relevance back to its inputs.
+r"""LRP rules: how a linear map hands relevance back to its inputs.
 
-A rule is a small object with one method,
-``linear(x, weight, bias, out, relevance) -> (input_relevance, dropped)``,
-for the affine map ``out = x @ weight.T + bias`` (``x`` is ``[..., in]``,
-``weight`` is ``[out, in]``). ``dropped`` is the boolean mask of outputs
-whose relevance had nowhere to go (their denominator was exactly 0), or
-``None``. Every weighted op of the package (:func:`~torch_geometric_lrp.functional.linear`
-and the layers built on it) calls its rule through this one method.
+A rule acts on a whole *linear map*: everything between two
+non-linearities. For a message-passing layer that is the layer itself, with
+its messages, aggregation, root term and bias (attention coefficients,
+normalisations and degrees are frozen, so the layer is affine in its input):
+for ``GCNConv``, :math:`z_i = \sum_j a_{ij} x_j W + b`. For a single
+``Linear`` it is :math:`z = x W^\top + b`.
 
-All rules share the same pattern, which costs one matmul per modified weight
-each way and never builds an ``N x in x out`` tensor:
+Every rule is described the same way (as in Zennit's ``BasicHook``): a few
+*streams* and one *gradient map*.
 
-.. math::
+* Stream :math:`k` runs the map on a modified input :math:`x_k = \phi_k(x)`
+  with every weight modified, :math:`W_k = \omega_k(W)`, and every bias or
+  constant term modified, :math:`b_k = \beta_k(b)`; its output is
+  :math:`z_k = J_k x_k + b_k`.
+* The gradient map turns the output relevance :math:`R` into one vector
+  :math:`g_k` per stream (for most rules :math:`g = R / \operatorname{stab}(z')`).
+* The input relevance is :math:`R_x = \sum_k x_k \odot J_k^\top g_k`, and
+  the relevance of anything inside the map (a message, a bias) is its stream
+  value times its stream gradient, summed over streams.
 
-    z = \tilde{x}\,\tilde{W}^\top + \tilde{b}, \qquad
-    s = R / \operatorname{stab}(z), \qquad
-    R_{\text{in}} = \tilde{x} \odot (s\,\tilde{W})
-
-with the sign-aware stabiliser :func:`stabilize`.
+:math:`J_k^\top g_k` is a plain gradient of the modified map, so one
+mechanism (:mod:`torch_geometric_lrp.mode`) serves every rule and layer at
+the cost of one extra forward per stream that modifies something, and never
+builds an ``N x in x out`` tensor. The denominators use the sign-aware
+stabiliser :func:`stabilize`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +38,7 @@ from torch import Tensor
 __all__ = [
     "stabilize",
     "divide",
+    "Stream",
     "Rule",
     "Epsilon",
     "Gamma",
@@ -68,8 +76,69 @@ def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, 
     return s.masked_fill_(dropped, 0), dropped
 
 
+def _same(t: Tensor) -> Tensor:
+    return t
+
+
+def _positive(t: Tensor) -> Tensor:
+    return t.clamp(min=0)
+
+
+def _negative(t: Tensor) -> Tensor:
+    return t.clamp(max=0)
+
+
+def _zero(t: Tensor) -> Tensor:
+    return torch.zeros_like(t)
+
+
+def _one(t: Tensor) -> Tensor:
+    return torch.ones_like(t)
+
+
+def _square(t: Tensor) -> Tensor:
+    return t * t
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One run of a linear map with modified inputs and parameters.
+
+    ``input`` maps the map's input :math:`x` to :math:`x_k`, ``weight`` every
+    weight (a multiplicative parameter) to :math:`W_k`, ``bias`` every bias or
+    constant additive term to :math:`b_k`. Gates (attention, normalisation)
+    are never modified.
+    """
+
+    input: Callable[[Tensor], Tensor] = _same
+    weight: Callable[[Tensor], Tensor] = _same
+    bias: Callable[[Tensor], Tensor] = _same
+
+    @property
+    def identity(self) -> bool:
+        """True when the stream modifies nothing (the map itself)."""
+        return self.input is _same and self.weight is _same and self.bias is _same
+
+
+_IDENTITY = (Stream(),)
+
+
 class Rule:
-    """Base class of LRP rules for weighted (affine) layers."""
+    """Base class of LRP rules: :meth:`streams` and :meth:`gradients` define
+    the rule on any linear map; :meth:`linear` applies it to one affine
+    layer."""
+
+    def streams(self) -> Sequence[Stream]:
+        """The streams of the rule (default: the map itself)."""
+        return _IDENTITY
+
+    def gradients(self, relevance: Tensor, outputs: Sequence[Tensor]) -> tuple[list[Tensor], Optional[Tensor]]:
+        """Map the output relevance to one gradient per stream output.
+
+        Returns the gradients and the boolean mask of outputs whose relevance
+        had nowhere to go (a denominator of exactly 0), or ``None``.
+        """
+        raise NotImplementedError
 
     def linear(
         self,
@@ -79,17 +148,32 @@ class Rule:
         out: Tensor,
         relevance: Tensor,
     ) -> tuple[Tensor, Optional[Tensor]]:
-        """Relevance of ``x`` for ``out = x @ weight.T + bias``.
+        r"""Relevance of ``x`` for ``out = x @ weight.T + bias``:
+        :math:`R_x = \sum_k x_k \odot (g_k W_k)`.
 
         Returns the input relevance (shape of ``x``) and the mask of dropped
         outputs (or ``None``).
         """
-        raise NotImplementedError
+        streams = self.streams()
+        inputs = [x if s.input is _same else s.input(x) for s in streams]
+        weights = [weight if s.weight is _same else s.weight(weight) for s in streams]
+        if len(streams) == 1 and streams[0].identity:
+            outputs = [out]
+        else:
+            outputs = [F.linear(i, w, None if bias is None else s.bias(bias))
+                       for s, i, w in zip(streams, inputs, weights)]
+        grads, dropped = self.gradients(relevance, outputs)
+        r = None
+        for i, w, g in zip(inputs, weights, grads):
+            part = (g @ w).mul_(i)
+            r = part if r is None else r.add_(part)
+        return r.expand_as(x) if r.shape != x.shape else r, dropped
 
 
 @dataclass(frozen=True)
 class Epsilon(Rule):
-    r"""LRP-:math:`\epsilon`: :math:`R_i = \sum_j x_i w_{ji} R_j / \mathrm{stab}(z_j)`.
+    r"""LRP-:math:`\epsilon`: :math:`g = R / \mathrm{stab}(z)`, so
+    :math:`R_j = x_j \odot J^\top (R / \mathrm{stab}(z))`.
 
     ``epsilon=0`` is LRP-0, which equals gradient x input on bias-free
     ReLU networks. The bias and the stabiliser absorb relevance.
@@ -97,17 +181,22 @@ class Epsilon(Rule):
 
     epsilon: float = 1e-6
 
-    def linear(self, x, weight, bias, out, relevance):
-        s, dropped = divide(relevance, out, self.epsilon)
-        return (s @ weight).mul_(x), dropped
+    def gradients(self, relevance, outputs):
+        s, dropped = divide(relevance, outputs[0], self.epsilon)
+        return [s], dropped
 
 
 @dataclass(frozen=True)
 class Gamma(Rule):
-    r"""LRP-:math:`\gamma`: favour positive contributions,
-    :math:`\tilde{W} = W + \gamma W^+`, :math:`\tilde{b} = b + \gamma b^+`.
+    r"""LRP-:math:`\gamma` (GNN-LRP-:math:`\gamma`): every weight of the map
+    becomes :math:`\tilde{W} = W + \gamma W^+` and every bias
+    :math:`\tilde{b} = b + \gamma b^+`; with :math:`z'` the output of the
+    modified map, :math:`g = R / \mathrm{stab}(z')`. For ``GCNConv``:
+    :math:`z'_i = \sum_j a_{ij} x_j \tilde{W} + \tilde{b}` and
+    :math:`R_j = x_j \odot \sum_i a_{ij} \tilde{W}^\top R_i / \mathrm{stab}(z'_i)`.
 
-    Meant for layers whose inputs are non-negative (after a ReLU).
+    Meant for maps whose inputs are non-negative (after a ReLU): on signed
+    inputs it favours positive weights, not positive contributions.
     """
 
     gamma: float = 0.25
@@ -117,11 +206,17 @@ class Gamma(Rule):
         if self.gamma < 0:
             raise ValueError(f"Gamma: gamma must be >= 0, got gamma={self.gamma}.")
 
-    def linear(self, x, weight, bias, out, relevance):
-        w = weight + self.gamma * weight.clamp(min=0)
-        b = None if bias is None else bias + self.gamma * bias.clamp(min=0)
-        s, dropped = divide(relevance, F.linear(x, w, b), self.epsilon)
-        return (s @ w).mul_(x), dropped
+    def _modify(self, t: Tensor) -> Tensor:
+        return t + self.gamma * t.clamp(min=0)
+
+    def streams(self):
+        if self.gamma == 0:
+            return _IDENTITY
+        return (Stream(weight=self._modify, bias=self._modify),)
+
+    def gradients(self, relevance, outputs):
+        s, dropped = divide(relevance, outputs[0], self.epsilon)
+        return [s], dropped
 
 
 @dataclass(frozen=True)
@@ -134,11 +229,14 @@ class AlphaBeta(Rule):
         R_i = \sum_j \Big(\alpha \frac{z_{ij}^+}{z_j^+} - \beta \frac{z_{ij}^-}{z_j^-}\Big) R_j,
 
     with :math:`z_{ij} = x_i w_{ji}` and the positive (negative) part of the
-    bias in :math:`z_j^+` (:math:`z_j^-`). Requires :math:`\alpha - \beta = 1`
+    bias in :math:`z_j^+` (:math:`z_j^-`). On a whole map, four streams:
+    :math:`(x^+, W^+, b^+)` and :math:`(x^-, W^-, 0)` make :math:`z^+`,
+    :math:`(x^+, W^-, b^-)` and :math:`(x^-, W^+, 0)` make :math:`z^-`
+    (gates are taken as non-negative). Requires :math:`\alpha - \beta = 1`
     so that relevance is conserved. An output with only positive (only
     negative) contributions hands all its relevance to them proportionally,
-    so conservation holds there too (seed 003's treatment of "rare neurons");
-    with ``beta=0`` an output without positive contributions loses its relevance.
+    so conservation holds there too; with ``beta=0`` an output without
+    positive contributions loses its relevance.
     """
 
     alpha: float = 2.0
@@ -155,23 +253,19 @@ class AlphaBeta(Rule):
         if self.beta < 0:
             raise ValueError(f"AlphaBeta: beta must be >= 0, got beta={self.beta}.")
 
-    def linear(self, x, weight, bias, out, relevance):
-        xp, xn = x.clamp(min=0), x.clamp(max=0)
-        wp, wn = weight.clamp(min=0), weight.clamp(max=0)
-        bp = bn = None
-        if bias is not None:
-            bp, bn = bias.clamp(min=0), bias.clamp(max=0)
-        zp = F.linear(xp, wp, bp) + F.linear(xn, wn)  # >= 0
-        zn = F.linear(xp, wn, bn) + F.linear(xn, wp)  # <= 0
+    def streams(self):
+        return (Stream(_positive, _positive, _positive), Stream(_negative, _negative, _zero),
+                Stream(_positive, _negative, _negative), Stream(_negative, _positive, _zero))
+
+    def gradients(self, relevance, outputs):
+        zp, zn = outputs[0] + outputs[1], outputs[2] + outputs[3]  # >= 0, <= 0
         only_pos, only_neg = zn == 0, zp == 0
-        coef_p = torch.where(only_pos, 1.0, self.alpha).to(x.dtype)
-        coef_n = torch.where(only_neg, 1.0 if self.beta else 0.0, -self.beta).to(x.dtype)
         sp, _ = divide(relevance, zp, self.epsilon)
         sn, _ = divide(relevance, zn, self.epsilon)
-        sp, sn = coef_p * sp, coef_n * sn
-        r = xp * (sp @ wp + sn @ wn) + xn * (sp @ wn + sn @ wp)
+        sp = sp * torch.where(only_pos, 1.0, self.alpha).to(sp.dtype)
+        sn = sn * torch.where(only_neg, 1.0 if self.beta else 0.0, -self.beta).to(sn.dtype)
         dropped = only_neg & only_pos if self.beta else only_neg
-        return r, dropped
+        return [sp, sp, sn, sn], dropped
 
 
 class ZPlus(AlphaBeta):
@@ -186,23 +280,30 @@ class ZPlus(AlphaBeta):
 
 @dataclass(frozen=True)
 class Flat(Rule):
-    r"""Flat rule: every input of an output gets an equal share,
-    :math:`R_i = \sum_j R_j / n_{\text{in}}`. Ignores inputs, weights and bias."""
+    r"""Flat rule: inputs and weights set to 1, biases to 0, so every input of
+    an output gets an equal share (for one ``Linear``,
+    :math:`R_i = \sum_j R_j / n_{\text{in}}`). Gates of the map are kept."""
 
-    def linear(self, x, weight, bias, out, relevance):
-        share = relevance.sum(dim=-1, keepdim=True) / weight.shape[1]
-        return share.expand_as(x).clone(), None
+    def streams(self):
+        return (Stream(_one, _one, _zero),)
+
+    def gradients(self, relevance, outputs):
+        s, dropped = divide(relevance, outputs[0])
+        return [s], dropped
 
 
 @dataclass(frozen=True)
 class WSquare(Rule):
-    r""":math:`w^2` rule: :math:`R_i = \sum_j w_{ji}^2 R_j / \sum_{i'} w_{ji'}^2`.
-    Ignores the inputs and the bias (an input-layer rule)."""
+    r""":math:`w^2` rule: inputs set to 1, weights squared, biases 0, so
+    :math:`R_i = \sum_j w_{ji}^2 R_j / \sum_{i'} w_{ji'}^2` for one ``Linear``.
+    Ignores the inputs (an input-layer rule)."""
 
-    def linear(self, x, weight, bias, out, relevance):
-        w2 = weight * weight
-        s, dropped = divide(relevance, w2.sum(dim=1))
-        return (s @ w2).expand_as(x).clone(), dropped
+    def streams(self):
+        return (Stream(_one, _square, _zero),)
+
+    def gradients(self, relevance, outputs):
+        s, dropped = divide(relevance, outputs[0])
+        return [s], dropped
 
 
 @dataclass(frozen=True)
@@ -215,30 +316,41 @@ class ZBox(Rule):
         z_j = \sum_i x_i w_{ji} - l_i w_{ji}^+ - h_i w_{ji}^-, \qquad
         R_i = \sum_j (x_i w_{ji} - l_i w_{ji}^+ - h_i w_{ji}^-) R_j / \mathrm{stab}(z_j).
 
-    ``low`` and ``high`` are floats or tensors broadcastable to the input.
-    The bias is not part of :math:`z` (no relevance is absorbed).
+    Three streams, :math:`(x, W)`, :math:`(l, W^+)` and :math:`(h, W^-)`, all
+    without bias (no relevance is absorbed by it). ``low`` and ``high`` are
+    floats or tensors broadcastable to the input.
     """
 
     low: Union[float, Tensor] = 0.0
     high: Union[float, Tensor] = 1.0
     epsilon: float = 1e-6
 
-    def linear(self, x, weight, bias, out, relevance):
-        low = torch.as_tensor(self.low, dtype=x.dtype, device=x.device).expand_as(x)
-        high = torch.as_tensor(self.high, dtype=x.dtype, device=x.device).expand_as(x)
-        wp, wn = weight.clamp(min=0), weight.clamp(max=0)
-        z = F.linear(x, weight) - F.linear(low, wp) - F.linear(high, wn)
-        s, dropped = divide(relevance, z, self.epsilon)
-        return x * (s @ weight) - low * (s @ wp) - high * (s @ wn), dropped
+    def _low(self, x: Tensor) -> Tensor:
+        return torch.as_tensor(self.low, dtype=x.dtype, device=x.device).expand_as(x)
+
+    def _high(self, x: Tensor) -> Tensor:
+        return torch.as_tensor(self.high, dtype=x.dtype, device=x.device).expand_as(x)
+
+    def streams(self):
+        return (Stream(_same, _same, _zero), Stream(self._low, _positive, _zero),
+                Stream(self._high, _negative, _zero))
+
+    def gradients(self, relevance, outputs):
+        s, dropped = divide(relevance, outputs[0] - outputs[1] - outputs[2], self.epsilon)
+        return [s, -s, -s], dropped
 
 
 @dataclass(frozen=True)
 class Pass(Rule):
     """Pass rule: relevance goes through unchanged.
 
-    The rule of element-wise activations. On a weighted layer it only applies
-    when input and output have the same width.
+    The rule of element-wise activations. On a linear map it only applies
+    when input and output have the same shape (the relevance of each output
+    goes to the input at the same position).
     """
+
+    def streams(self):
+        raise TypeError("Pass has no streams: relevance passes through unchanged.")
 
     def linear(self, x, weight, bias, out, relevance):
         if relevance.shape != x.shape:

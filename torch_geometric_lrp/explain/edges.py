@@ -17,6 +17,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
 
+from ..mode import current_mode
+
 __all__ = ["EdgeRelevance", "match_edges", "Routing", "route"]
 
 
@@ -141,5 +143,9 @@ class EdgeRelevance:
             self.self_loops.index_add_(0, routing.loop_node, per_message[routing.loop])
             self._unmatched += per_message[routing.other].sum()
 
-        messages.register_hook(collect)
+        mode = current_mode()
+        if mode is not None:
+            mode.relevance_hook(messages, collect)  # inside a linear map: stream value x stream gradient
+        else:
+            messages.register_hook(collect)
         return None

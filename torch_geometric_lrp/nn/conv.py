@@ -162,3 +162,12 @@ def _inherit_call_types(cls: type) -> type:
 for _cls in (GCNConv, GraphConv, SAGEConv, GINConv, GINEConv, ChebConv, SGConv, APPNP, EdgeConv,
              GATConv, GATv2Conv, TransformerConv, GeneralConv):
     _inherit_call_types(_cls)
+
+#: PyG layers whose attention must be a constant inside a relevance pass ->
+#: their relevance version. ``relevance_pass`` gives a layer of these types
+#: this class for the duration of the pass (and back on exit); outside a pass
+#: it computes exactly what the PyG layer computes. PyG has no public hook at
+#: the one step where these layers turn inputs into attention (inside
+#: ``edge_update`` or ``message``), hence the subclass.
+SWAPPABLE: dict[type, type] = {pyg_nn.GATConv: GATConv, pyg_nn.GATv2Conv: GATv2Conv,
+                               pyg_nn.TransformerConv: TransformerConv, pyg_nn.GeneralConv: GeneralConv}

@@ -1,0 +1,114 @@
+r"""Linear maps: the three autograd Functions that apply a rule to a whole map.
+
+Between two non-linearities a model computes a linear map (with attention
+coefficients, normalisations and degrees frozen). The relevance mode runs the
+map's ops once on the plain values and once per :class:`~torch_geometric_lrp.rules.Stream`
+of the rule (modified inputs, weights and biases) with ordinary autograd, and
+marks the edges of the map with these Functions:
+
+* :func:`open_stream` where relevance enters the map (the output of a
+  non-linearity, a model input): forward :math:`x_k = \phi_k(x)`, backward
+  :math:`R_x \mathrel{+}= x_k \odot g`, where :math:`g = J_k^\top g_k` arrives
+  by autograd;
+* :func:`constant` for a bias or constant term of stream ``k``: forward the
+  term :math:`b_k`, backward books :math:`\sum b_k \odot g` as absorbed;
+* :func:`close` where the map ends (the input of a non-linearity, the model
+  output): forward the plain value :math:`z`, backward the rule's gradient map,
+  :math:`g_k = G_k(R, z_1, \dots, z_K)`, into each stream, and books what the
+  stabiliser kept, :math:`\sum R - \sum_k z_k \odot g_k`, as absorbed.
+
+Conservation is therefore checkable: the relevance entering every map equals
+what its inputs, biases, constants and stabiliser report, up to float error,
+only if the streams really are linear.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+from torch.autograd import Function
+
+from . import audit
+from .rules import Rule
+
+__all__ = ["open_stream", "constant", "close", "anchor"]
+
+
+class _Open(Function):
+    @staticmethod
+    def forward(ctx, x, modify):
+        xk = x.view_as(x) if modify is None else modify(x)
+        ctx.save_for_backward(x if modify is None else xk)
+        return xk
+
+    @staticmethod
+    def backward(ctx, grad):
+        (xk,) = ctx.saved_tensors
+        return grad * xk, None
+
+
+def open_stream(x: Tensor, modify: Callable[[Tensor], Tensor] | None) -> Tensor:
+    """Stream input :math:`x_k = \\phi_k(x)` (``modify=None``: :math:`x`); its
+    backward hands :math:`x_k \\odot g` to ``x`` as relevance."""
+    return _Open.apply(x, modify)
+
+
+class _Constant(Function):
+    @staticmethod
+    def forward(ctx, anchor, value, label):
+        ctx.label = label
+        ctx.save_for_backward(value)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if audit.is_active():
+            (value,) = ctx.saved_tensors
+            audit.record_absorbed(ctx.label, (grad * value).sum())
+        return None, None, None
+
+
+_anchors: dict = {}
+
+
+def anchor(device) -> Tensor:
+    """A scalar that requires grad, one per device: it makes the output of
+    :func:`constant` part of the autograd graph (a constant has no other input
+    that requires grad). Pass it to ``torch.autograd.grad`` so that the
+    constants' backward runs."""
+    key = torch.device(device)
+    t = _anchors.get(key)
+    if t is None:
+        t = _anchors[key] = torch.zeros((), device=key, requires_grad=True)
+    return t
+
+
+def constant(value: Tensor, label: str) -> Tensor:
+    """A bias or constant term of a stream; it absorbs
+    :math:`\\sum b_k \\odot g` (booked under ``label``)."""
+    return _Constant.apply(anchor(value.device), value, label)
+
+
+class _Close(Function):
+    @staticmethod
+    def forward(ctx, value, rule, *outputs):
+        ctx.rule = rule
+        ctx.save_for_backward(*outputs)
+        return value.detach()
+
+    @staticmethod
+    def backward(ctx, relevance):
+        outputs = ctx.saved_tensors
+        grads, dropped = ctx.rule.gradients(relevance, outputs)
+        if audit.is_active():
+            lost = audit.lost_of(relevance, dropped)
+            passed = sum((z * g).sum() for z, g in zip(outputs, grads))
+            audit.record("stabilizer", relevance, dropped, [passed], lost=lost)
+        return (None, None, *grads)
+
+
+def close(value: Tensor, rule: Rule, outputs: Sequence[Tensor]) -> Tensor:
+    """End of a map: the plain ``value``, whose relevance :math:`R` goes to
+    the stream outputs as ``rule.gradients(R, outputs)``."""
+    return _Close.apply(value, rule, *outputs)
