@@ -601,13 +601,18 @@ class RelevanceMode(TorchFunctionMode):
         def value_of(t: Tensor, key):
             return t.detach() if t.requires_grad else t
 
-        signals = []
-        _walk(args, kwargs, lambda t, key: signals.append(t) if role(t, key) == "signal" else None)
+        signals, constants = [], []
+        _walk(args, kwargs, lambda t, key: (signals if role(t, key) == "signal" else constants).append(
+            (t, role(t, key))))
         if not signals:  # relevance only in a shape or dtype reference (expand_as, type_as)
             a, kw = _walk(args, kwargs, value_of)
             return fn(*a, **kw)
-        if kind == "copy" and not any(t in self._maps for t in signals):
-            return NotImplemented  # a copy of relevance tensors: its gradient is the rule, no map needed
+        if kind == "copy" and not any(t in self._maps for t, _ in signals) and \
+                not any(r == "input" for _, r in constants):
+            # A copy of relevance tensors only: its gradient is the rule, no map needed.
+            # (With a constant operand, as in cat([x, degree]), it is part of a map
+            # so that what the constant absorbs is measured.)
+            return NotImplemented
         outputs = []
         with torch.enable_grad():
             for k, stream in enumerate(streams):
