@@ -77,9 +77,16 @@ def current_mode() -> Optional["RelevanceMode"]:
     return modes[-1] if modes else None
 
 
+def _is_parameter(obj: Tensor) -> bool:
+    # isinstance(obj, Parameter) goes through Parameter's metaclass: slow, and
+    # this runs for every tensor of every torch call of the pass.
+    cls = type(obj)
+    return cls is Parameter or (cls is not Tensor and isinstance(obj, Parameter))
+
+
 def _carries(obj: Any) -> bool:
     if isinstance(obj, Tensor):
-        return obj.requires_grad and not isinstance(obj, Parameter)
+        return obj.requires_grad and not _is_parameter(obj)
     if isinstance(obj, (list, tuple)):
         return _any_carries(obj)
     if isinstance(obj, dict):
@@ -88,19 +95,36 @@ def _carries(obj: Any) -> bool:
 
 
 def _any_carries(objs) -> bool:
-    # A plain loop: this runs for every torch call of the pass.
+    return _scan(objs) == 2
+
+
+def _scan(objs) -> int:
+    """2 if some tensor in ``objs`` carries relevance, 1 if there are only
+    parameters that require grad, else 0 (one plain loop: this runs for every
+    torch call of the pass)."""
+    found = 0
     for obj in objs:
         if isinstance(obj, Tensor):
-            if obj.requires_grad and not isinstance(obj, Parameter):
-                return True
-        elif isinstance(obj, (list, tuple, dict)) and _carries(obj):
-            return True
-    return False
+            if obj.requires_grad:
+                if not _is_parameter(obj):
+                    return 2
+                found = 1
+        elif isinstance(obj, (list, tuple)):
+            inner = _scan(obj)
+            if inner == 2:
+                return 2
+            found = found or inner
+        elif isinstance(obj, dict):
+            inner = _scan(obj.values())
+            if inner == 2:
+                return 2
+            found = found or inner
+    return found
 
 
 def _has_parameter(objs) -> bool:
     for obj in objs:
-        if isinstance(obj, Parameter):
+        if isinstance(obj, Tensor) and _is_parameter(obj):
             return True
         if isinstance(obj, (list, tuple)) and _has_parameter(obj):
             return True
@@ -111,7 +135,7 @@ def _detach_parameters(args, kwargs):
     """Parameters are constants of the pass: detached, so that nothing
     computed from them alone requires grad."""
     def detach(obj):
-        if isinstance(obj, Parameter):
+        if isinstance(obj, Tensor) and _is_parameter(obj):
             return obj.detach()
         if isinstance(obj, (list, tuple)) and _has_parameter(obj):
             return type(obj)(detach(o) for o in obj)
@@ -514,6 +538,7 @@ class RelevanceMode(TorchFunctionMode):
         # output of a linear op -> (rule, stream outputs): where a linear op
         # that consumes it continues the map
         self._maps = WeakIdKeyDictionary()
+        self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
 
     # -- rules of the running modules ------------------------------------------------------
     def enter(self, module: torch.nn.Module, *args) -> None:
@@ -591,7 +616,7 @@ class RelevanceMode(TorchFunctionMode):
             if kind == "add":
                 return "bias"
             if kind == "mul":
-                return "weight" if isinstance(t, Parameter) else "gate"
+                return "weight" if _is_parameter(t) else "gate"
             if kind == "linear":
                 return "weight" if key in (1, "weight") else "bias"
             if kind == "batch_norm":
@@ -621,10 +646,10 @@ class RelevanceMode(TorchFunctionMode):
                     if r == "signal":
                         return self._stream_input(t, rule, k, stream)
                     if r == "weight":
-                        return stream.weight(t.detach())
+                        return self._modified(t, stream.weight)
                     if r in ("gate", "ref"):
                         return value_of(t, key)
-                    c = (stream.bias if r == "bias" else stream.input)(t.detach())
+                    c = self._modified(t, stream.bias if r == "bias" else stream.input)
                     return maps.constant(c, "bias" if r == "bias" else "constant") if bool(c.any()) else c
                 a, kw = _walk(args, kwargs, stream_arg)
                 outputs.append(fn(*a, **kw))
@@ -652,6 +677,18 @@ class RelevanceMode(TorchFunctionMode):
         shape[1 if input.dim() > 1 else 0] = -1
         scaled = self._linear_op("mul", torch.mul, "mul", rule, (input, scale.view(shape)), {})
         return self._linear_op("add", torch.add, "add", rule, (scaled, shift.view(shape)), {})
+
+    def _modified(self, t: Tensor, modify: Callable[[Tensor], Tensor]) -> Tensor:
+        """``modify(t)``; for a parameter computed once per pass."""
+        if modify is _same_input:
+            return t.detach()
+        if not _is_parameter(t):
+            return modify(t.detach())
+        key = (id(t), modify)
+        value = self._params.get(key)
+        if value is None:
+            value = self._params[key] = modify(t.detach())
+        return value
 
     def _stream_input(self, t: Tensor, rule: Rule, k: int, stream) -> Tensor:
         entry = self._maps.get(t)
@@ -733,10 +770,13 @@ class RelevanceMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not (_any_carries(args) or kwargs and _any_carries(kwargs.values())):
+        found = _scan(args)
+        if found != 2 and kwargs:
+            found = max(found, _scan(kwargs.values()))
+        if found != 2:
             # Bookkeeping (degrees, self-loops, index arithmetic): no relevance
             # goes in, so none comes out; parameters enter as constants.
-            if _has_parameter(args) or kwargs and _has_parameter(kwargs.values()):
+            if found:
                 args, kwargs = _detach_parameters(args, kwargs)
             return func(*args, **kwargs)
         name = _op_name(func)
