@@ -44,8 +44,9 @@ depend on training). For each size, alternately and after one warm-up each:
   covers only the target's 4-hop neighbourhood, which in these graphs is
   most of the graph for some targets and a small part for others, so its
   cost says little about scaling);
-* ``LRP (relevance pass)``: the bare relevance pass of the converted model
-  (``run_relevance``: one forward and one backward, edge relevance tracked),
+* ``LRP (relevance pass)``: the bare relevance pass of the model on the full
+  graph (``explainers.core.on_graph``: one forward and one backward, edge
+  relevance tracked),
   without ``Explainer``'s bookkeeping.
 
 Peak memory
@@ -100,7 +101,7 @@ from common import (  # noqa: E402
     peak, reset_peak, set_seed, table, train,
 )
 import torch_geometric_lrp as lrp  # noqa: E402
-from torch_geometric_lrp.explain.algorithm import run_relevance  # noqa: E402
+from torch_geometric_lrp.explainers.core import Settings, on_graph  # noqa: E402
 
 LOSES_TEXT = """\
 Why (written for the seeded default run): PGExplainer's time per explanation
@@ -251,13 +252,12 @@ def scaling_row(target_edges: int, args, log) -> list[str]:
     explainer = Explainer(model, algorithm=lrp.LRP(subgraph=False), explanation_type="phenomenon",
                           node_mask_type="attributes", edge_mask_type="object",
                           model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
-    lrp_model = lrp.convert(model)
+    settings = Settings(mode=ModelMode.multiclass_classification)
     inst = common.Instance(x, edge_index, index, target, {}, None, None, None, None, 0)
     calls = {
         "plain": plain_fwd_bwd(model, inst),
         "explainer": lambda: explainer(x, edge_index, target=target, index=index),
-        "pass": lambda: run_relevance(lrp_model, x, edge_index, target=target, index=torch.tensor([index]),
-                                      mode=ModelMode.multiclass_classification),
+        "pass": lambda: on_graph(model, x, edge_index, {}, torch.tensor([index]), target[index].view(1), settings),
     }
     reps = args.repeat if target_edges <= 300_000 else max(3, args.repeat // 2)
     for fn in calls.values():

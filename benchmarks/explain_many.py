@@ -35,7 +35,7 @@ from torch_geometric.utils import barabasi_albert_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch_geometric_lrp as lrp  # noqa: E402
-from torch_geometric_lrp.explain.algorithm import run_relevance  # noqa: E402
+from torch_geometric_lrp.explainers.core import Settings, on_graph  # noqa: E402
 
 
 class GCN(torch.nn.Module):
@@ -80,10 +80,8 @@ def main() -> None:
     t_full, _ = timed(lambda: [full(x, edge_index, index=int(t)) for t in targets])
     t_explainer, by_explainer = timed(lambda: [on_subgraph(x, edge_index, index=int(t)) for t in targets])
 
-    lrp_model = lrp.convert(model)
-    mode = ModelMode.multiclass_classification
-    t_pass, by_pass = timed(lambda: [run_relevance(lrp_model, x, edge_index, target=None, index=t.view(1),
-                                                   mode=mode) for t in targets])
+    settings = Settings(mode=ModelMode.multiclass_classification, phenomenon=False)
+    t_pass, by_pass = timed(lambda: [on_graph(model, x, edge_index, {}, t.view(1), None, settings) for t in targets])
     t_batched, batched = timed(lambda: lrp.explain_nodes(model, x, edge_index, targets,
                                                          batch_size=args.batch_size, progress=False))
 

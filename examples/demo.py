@@ -27,9 +27,9 @@ def main(node: int = 5) -> None:
     accuracy = (model(data.x, data.edge_index).argmax(1) == data.y).float().mean().item()
 
     explanation = lrp.explain(model, data.x, data.edge_index, index=node)
-    target = int(explanation.target[node])
+    target = int(explanation.target[0])  # the target of each explained row
     print(f"trained accuracy {accuracy:.2f}; node {node} predicted class {target}, "
-          f"logit {explanation.score:.4f}")
+          f"logit {explanation.score:.6f}")
 
     per_node = explanation.node_mask.sum(dim=1)
     print("most relevant input nodes:")
@@ -43,7 +43,7 @@ def main(node: int = 5) -> None:
     print(f"input relevance  {total:+.6f}")
     print(f"absorbed         {explanation.absorbed:+.6f}  (biases, stabilisers)")
     print(f"lost             {explanation.lost:+.6f}  (zero outputs)")
-    print(f"sum              {total + explanation.absorbed + explanation.lost:+.6f}  vs score {explanation.score:+.6f}")
+    print(f"residual         {explanation.residual:+.2e}  (what no op accounted for)")
 
 
 if __name__ == "__main__":

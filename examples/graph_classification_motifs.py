@@ -129,9 +129,8 @@ def main(argv=None) -> None:
     share = (relevance[in_motif].sum() / relevance.sum()).item()
     print(f"share of edge relevance on motif edges: {share:.3f} "
           f"({int(in_motif.sum())} of {edges.numel()} edges)")
-    total = explanation.relevance_total + explanation.absorbed + explanation.lost
-    print(f"input {explanation.relevance_total:+.6f} + absorbed {explanation.absorbed:+.6f} "
-          f"+ lost {explanation.lost:+.6f} = sum {total:+.6f} vs score {explanation.score:+.6f}")
+    print(f"score {explanation.score:+.6f}: input {explanation.relevance_total:+.6f}, absorbed "
+          f"{explanation.absorbed:+.6f}, lost {explanation.lost:+.6f}, residual {explanation.residual:+.2e}")
 
     # The same precision for every correctly classified test graph.
     fractions = []

@@ -212,8 +212,8 @@ def main(argv=None) -> None:
     report = lrp.check_conservation(lrp_model, x, edge_index, edge_attr=edge_attr, seed=seed)
     print("conservation report:")
     print(report)
-    print(f"input {total_in:+.6f} + absorbed {report.absorbed:+.6f} + lost {report.lost:+.6f} "
-          f"= sum {total_in + report.absorbed + report.lost:+.6f} vs score {report.seed:+.6f}")
+    print(f"score {report.seed:+.6f}: input {total_in:+.6f}, absorbed {report.absorbed:+.6f}, "
+          f"lost {report.lost:+.6f}, residual {report.seed - total_in - report.absorbed - report.lost:+.2e}")
     print(f"done in {time.perf_counter() - start:.1f} s")
 
 

@@ -156,9 +156,8 @@ def main(argv=None) -> None:
         src, dst = data.edge_index[:, e].tolist()
         where = "house" if data.edge_mask[e] > 0 else "base"
         print(f"  {src:4d} -> {dst:4d}  {explanation.edge_mask[e].item():.4f}  ({where})")
-    total = explanation.relevance_total + explanation.absorbed + explanation.lost
-    print(f"input {explanation.relevance_total:+.6f} + absorbed {explanation.absorbed:+.6f} "
-          f"+ lost {explanation.lost:+.6f} = sum {total:+.6f} vs score {explanation.score:+.6f}")
+    print(f"score {explanation.score:+.6f}: input {explanation.relevance_total:+.6f}, absorbed "
+          f"{explanation.absorbed:+.6f}, lost {explanation.lost:+.6f}, residual {explanation.residual:+.2e}")
 
     # Every correctly predicted motif node, many per relevance pass.
     if correct_motif.numel():

@@ -1,14 +1,13 @@
 """Routing of message relevance back to input edges
-(``torch_geometric_lrp.explain.edges.route``), worked by hand for both of its
+(``torch_geometric_lrp.explainers.edges.route``), worked by hand for both of its
 paths: a layer's messages that start with the input edges in order (what
 ``add_remaining_self_loops`` produces) and messages in any order."""
 from __future__ import annotations
 
-import importlib
 
 import torch
 
-edges_module = importlib.import_module("torch_geometric_lrp.explain.edges")  # lrp.explain is a function
+from torch_geometric_lrp.explainers import edges as edges_module
 
 
 def as_list(value, size):

@@ -13,7 +13,7 @@ from torch_geometric.nn import GCNConv, GraphConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 import torch_geometric_lrp as lrp
-from torch_geometric_lrp.explain.edges import EdgeRelevance
+from torch_geometric_lrp.explainers.edges import EdgeRelevance
 from torch_geometric_lrp.mode import is_active
 from torch_geometric_lrp.rules import AlphaBeta, Epsilon, Gamma
 

@@ -1,37 +1,35 @@
 """The computation subgraph of node-level targets
-(``torch_geometric_lrp.explain.subgraph``): a worked example, PyG's
-``k_hop_subgraph`` as the reference, and how model inputs are cut.
+(``torch_geometric_lrp.explainers.subgraph``): a worked example, the
+definition checked on random graphs, the check input, how model inputs are cut.
 
 The end-to-end checks (the pass on the subgraph equals the pass on the full
-graph; models that are not local fall back or raise) are in
-``test_explainer.py``, section 6b.
+graph, or falls back and says so) are in ``test_explain_subgraph.py``.
 """
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
-from torch_geometric.nn import APPNP, GCNConv, SGConv
+from torch_geometric.nn import APPNP, ChebConv, GCNConv, SGConv
 from torch_geometric.utils import k_hop_subgraph
 
-subgraph = importlib.import_module("torch_geometric_lrp.explain.subgraph")  # lrp.explain is a function
+from torch_geometric_lrp.explainers import subgraph
 
 
 def test_worked_example_on_a_path():
-    """0 - 1 - 2 - 3 - 4 - 5 (both directions) plus 6 -> 0 (one direction).
-    Target 0, one hop: the model reads 1 and 6; their degrees need 2 (and
-    6's in-neighbours: none). Ring: nodes exactly 2 hops away."""
+    """0 - 1 - 2 - 3 - 4 - 5 (both directions) plus 6 -> 0 and 1 -> 7 (one
+    direction each). Target 0, one hop: the model reads 0, 1 and 6. Their
+    edges: 0-1, 1-2 both ways (1's in- and out-degree), 6 -> 0, and 1 -> 7
+    (1's out-degree). Ring: 2 and 7, there for the degrees only."""
     path = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5], [1, 0, 2, 1, 3, 2, 4, 3, 5, 4]])
-    edge_index = torch.cat([path, torch.tensor([[6], [0]])], dim=1)
-    sub = subgraph.receptive_field(torch.tensor([0]), 1, edge_index, 7)
-    assert sub.nodes.tolist() == [0, 1, 2, 6]
-    assert sub.ring.tolist() == [False, False, True, False]
-    assert sub.edge_id.tolist() == [0, 1, 2, 3, 10]  # 0-1, 1-2 both ways, 6 -> 0
-    assert sub.edge_index.tolist() == [[0, 1, 1, 2, 3], [1, 0, 2, 1, 0]]
-    assert sub.index.tolist() == [0]
-    # messages the other way: 0 only hears from nodes it sends to
-    back = subgraph.receptive_field(torch.tensor([6]), 1, edge_index, 7, flow="target_to_source")
+    edge_index = torch.cat([path, torch.tensor([[6, 1], [0, 7]])], dim=1)
+    c = subgraph.cut(torch.tensor([0]), 1, edge_index, 8)
+    assert c.nodes.tolist() == [0, 1, 2, 6, 7]
+    assert c.ring.tolist() == [False, False, True, False, True]
+    assert c.edge_id.tolist() == [0, 1, 2, 3, 10, 11]
+    assert c.edge_index.tolist() == [[0, 1, 1, 2, 3, 1], [1, 0, 2, 1, 0, 4]]
+    assert c.index.tolist() == [0]
+    # messages the other way: 6 only hears from the nodes it sends to
+    back = subgraph.cut(torch.tensor([6]), 1, edge_index, 8, flow="target_to_source")
     assert back.nodes.tolist() == [0, 1, 6]
     assert back.ring.tolist() == [False, True, False]
 
@@ -39,32 +37,55 @@ def test_worked_example_on_a_path():
 @pytest.mark.parametrize("flow", ["source_to_target", "target_to_source"])
 @pytest.mark.parametrize("hops", [0, 1, 2, 3])
 @pytest.mark.parametrize("seed", range(4))
-def test_matches_k_hop_subgraph(seed, hops, flow):
+def test_the_cut_is_every_edge_touching_the_l_hop_nodes(seed, hops, flow):
     g = torch.Generator().manual_seed(seed)
     n = 40
     edge_index = torch.randint(0, n, (2, 70), generator=g)  # directed, with loops and repeats
     targets = torch.randint(0, n, (3,), generator=g)
-    sub = subgraph.receptive_field(targets, hops, edge_index, n, flow)
-    nodes, ref_edge_index, mapping, edge_mask = k_hop_subgraph(targets, hops + 1, edge_index, relabel_nodes=True,
-                                                               num_nodes=n, flow=flow)
-    assert sub.nodes.tolist() == nodes.tolist()
-    assert sub.edge_id.tolist() == edge_mask.nonzero().view(-1).tolist()
-    assert sub.edge_index.tolist() == ref_edge_index.tolist()
-    assert sub.index.tolist() == mapping.tolist()
-    inner = k_hop_subgraph(targets, hops, edge_index, num_nodes=n, flow=flow)[0]
-    assert sub.nodes[sub.ring].tolist() == sorted(set(nodes.tolist()) - set(inner.tolist()))
+    c = subgraph.cut(targets, hops, edge_index, n, flow)
+    inner = set(k_hop_subgraph(targets, hops, edge_index, num_nodes=n, flow=flow)[0].tolist())
+    touching = [k for k in range(edge_index.shape[1])
+                if int(edge_index[0, k]) in inner or int(edge_index[1, k]) in inner]
+    assert c.edge_id.tolist() == touching
+    ends = set(edge_index[:, touching].reshape(-1).tolist())
+    assert c.nodes.tolist() == sorted(inner | ends)
+    assert torch.equal(c.nodes[c.edge_index], edge_index[:, c.edge_id])
+    assert torch.equal(c.nodes[c.index], targets)
+    assert set(c.nodes[~c.ring].tolist()) == inner
+
+
+def test_with_context_puts_other_nodes_in_front():
+    edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    c = subgraph.cut(torch.tensor([3]), 1, edge_index, 8)  # reads 2, 3; ring 1, 4
+    assert c.nodes.tolist() == [1, 2, 3, 4]
+    context = subgraph.with_context(c, 8)
+    assert context.nodes.tolist() == [0, 5, 6, 7, 1, 2, 3, 4]  # nodes outside the cut first
+    assert torch.equal(context.nodes[context.edge_index], c.nodes[c.edge_index])  # the same edges, no others
+    assert context.nodes[context.index].tolist() == [3]
+    small = subgraph.with_context(c, 5)  # one node outside, then the cut's own nodes again
+    assert small.nodes.tolist() == [0, 1, 2, 3, 1, 2, 3, 4]
+
+
+def test_disjoint_union():
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    a = subgraph.cut(torch.tensor([1]), 1, edge_index, 4)
+    b = subgraph.cut(torch.tensor([3]), 1, edge_index, 4)
+    union, node_starts, edge_starts = subgraph.disjoint_union([a, b])
+    assert node_starts == [0, a.num_nodes] and edge_starts == [0, a.edge_id.numel()]
+    assert torch.equal(union.nodes[union.edge_index], edge_index[:, union.edge_id])
+    assert union.nodes[union.index].tolist() == [1, 3]
 
 
 def test_slice_inputs():
     edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
-    sub = subgraph.receptive_field(torch.tensor([1]), 0, edge_index, 4)  # nodes 0, 1; edge 0 -> 1
-    assert sub.nodes.tolist() == [0, 1] and sub.edge_id.tolist() == [0]
+    c = subgraph.cut(torch.tensor([1]), 0, edge_index, 4)  # node 1 and its edges 0 -> 1, 1 -> 2
+    assert c.nodes.tolist() == [0, 1, 2] and c.edge_id.tolist() == [0, 1]
     kwargs = dict(edge_weight=torch.arange(4.0), edge_attr=torch.arange(8.0).view(4, 2), batch=torch.arange(4),
                   flag=True, scale=torch.tensor(2.0), dense=torch.zeros(4, 4), weights=torch.ones(5))
-    out, unknown = subgraph.slice_inputs(kwargs, sub, num_nodes=4, num_edges=4)
-    assert out["edge_weight"].tolist() == [0.0]
-    assert out["edge_attr"].tolist() == [[0.0, 1.0]]
-    assert out["batch"].tolist() == [0, 1]
+    out, unknown = subgraph.slice_inputs(kwargs, c, num_nodes=4, num_edges=4)
+    assert out["edge_weight"].tolist() == [0.0, 1.0]
+    assert out["edge_attr"].tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert out["batch"].tolist() == [0, 1, 2]
     assert out["flag"] is True and out["scale"] is kwargs["scale"]
     assert out["dense"] is kwargs["dense"] and out["weights"] is kwargs["weights"]
     assert unknown == ["dense", "weights"]
@@ -72,17 +93,18 @@ def test_slice_inputs():
 
 def test_reaches_ring():
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
-    sub = subgraph.receptive_field(torch.tensor([3]), 1, edge_index, 4)  # 1 -> 2 -> 3; ring: node 1
-    assert sub.nodes.tolist() == [1, 2, 3] and sub.ring.tolist() == [True, False, False]
+    c = subgraph.cut(torch.tensor([3]), 1, edge_index, 4)  # 1 -> 2 -> 3; ring: node 1
+    assert c.nodes.tolist() == [1, 2, 3] and c.ring.tolist() == [True, False, False]
     node = torch.zeros(3, 2)
     edge = torch.zeros(2)
-    assert not subgraph.reaches_ring(sub, node, edge)
-    assert subgraph.reaches_ring(sub, node, torch.tensor([1e-30, 0.0]))  # edge 1 -> 2 touches the ring
+    assert not subgraph.reaches_ring(c, node, edge)
+    assert subgraph.reaches_ring(c, node, torch.tensor([1e-30, 0.0]))  # edge 1 -> 2 touches the ring
     node[0, 1] = -2.0
-    assert subgraph.reaches_ring(sub, node, edge)
-    assert subgraph.reaches_ring(sub, torch.zeros(3, 2), edge, self_loops=torch.tensor([1.0, 0.0, 0.0]))
+    assert subgraph.reaches_ring(c, node, edge)
+    assert subgraph.reaches_ring(c, torch.zeros(3, 2), edge, self_loops=torch.tensor([1.0, 0.0, 0.0]))
 
 
 def test_count_hops():
-    model = torch.nn.ModuleList([GCNConv(4, 4), SGConv(4, 4, K=3), APPNP(K=5, alpha=0.1), torch.nn.Linear(4, 4)])
-    assert subgraph.count_hops(model) == 1 + 3 + 5
+    model = torch.nn.ModuleList([GCNConv(4, 4), SGConv(4, 4, K=3), APPNP(K=5, alpha=0.1), ChebConv(4, 4, K=3),
+                                 torch.nn.Linear(4, 4)])
+    assert subgraph.count_hops(model) == 1 + 3 + 5 + 2

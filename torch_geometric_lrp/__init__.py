@@ -3,7 +3,7 @@ from . import functional, nn, rules
 from .audit import RelevanceAudit
 from .check import ConservationReport, check_conservation
 from .convert import UnsupportedModuleError, convert, register
-from .explain import LRP, explain, explain_nodes
+from .explainers import LRP, SubgraphWarning, explain, explain_nodes
 from .mode import RelevanceMode, UnsupportedOpError, relevance_pass
 
 __version__ = "0.1.0"
@@ -13,6 +13,6 @@ __all__ = [
     "RelevanceAudit", "RelevanceMode", "UnsupportedOpError", "relevance_pass",
     "convert", "register", "UnsupportedModuleError",
     "check_conservation", "ConservationReport",
-    "LRP", "explain", "explain_nodes",
+    "LRP", "explain", "explain_nodes", "SubgraphWarning",
     "__version__",
 ]

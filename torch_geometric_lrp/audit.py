@@ -14,7 +14,7 @@ Two kinds of relevance leave the pass on the way back:
 
 Every relevance op reports to the audits that are open in the current thread
 or task (``with RelevanceAudit() as audit: ...``, kept in a
-:mod:`contextvars` variable). With none open, ops do no accounting at all, so
+``contextvars`` variable). With none open, ops do no accounting at all, so
 the pass pays nothing for it and never warns per call.
 
 Since every amount is measured, ``seed = input relevance + absorbed + lost``

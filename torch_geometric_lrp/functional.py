@@ -34,7 +34,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from . import audit
-from .rules import Epsilon, Rule, divide
+from .rules import Epsilon, Rule, divide, times
 
 try:  # optional back-end
     import torch_scatter
@@ -94,8 +94,8 @@ class _Add(Function):
     def backward(ctx, relevance):
         a, b, out = ctx.saved_tensors
         s, dropped = divide(relevance, out)
-        ra = (a * s).sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
-        rb = (b * s).sum_to_size(b.shape) if ctx.needs_input_grad[1] else None
+        ra = times(a, s).sum_to_size(a.shape) if ctx.needs_input_grad[0] else None
+        rb = times(b, s).sum_to_size(b.shape) if ctx.needs_input_grad[1] else None
         _record("add", relevance, dropped, ra, rb)
         return ra, rb
 
@@ -140,7 +140,7 @@ class _Sum(Function):
         x, total = ctx.saved_tensors
         relevance = relevance.reshape(total.shape)
         s, dropped = divide(relevance, total)
-        r = x * s
+        r = times(x, s)
         _record(ctx.op, relevance, dropped, r)
         return r, None, None, None
 
@@ -279,7 +279,7 @@ class _Scatter(Function):
         if ctx.reduce in ("sum", "mean"):
             # out is the un-normalised sum here: R_i = src_i * R / sum
             s, dropped = divide(relevance, out)
-            r = _pick(s, index, dim).mul_(src)
+            r = times(src, _pick(s, index, dim))
         else:
             r, dropped = _winner_takes_all(src, index, dim, out, relevance)
         _record(f"scatter_{ctx.reduce}", relevance, dropped, r)
@@ -301,6 +301,8 @@ def _winner_takes_all(src, index, dim, out, relevance):
     """Relevance of a max/min scatter: each output's relevance goes to the
     input that produced it (ties: the last such input). Outputs equal to 0,
     empty groups included, lose their relevance."""
+    if src.numel() == 0:  # no inputs at all: every output is an empty group
+        return torch.zeros_like(src), torch.ones_like(out, dtype=torch.bool)
     full = _along(index, src, dim)
     won = src == _pick(out, index, dim)
     position = torch.arange(src.shape[dim], device=src.device)
@@ -581,7 +583,7 @@ class _MatMul(Function):
     def backward(ctx, relevance):
         x, out = ctx.saved_tensors
         s, dropped = divide(relevance, out)
-        r = x * (_transpose(ctx.adj) @ s)
+        r = times(x, _transpose(ctx.adj) @ s)
         _record("matmul", relevance, dropped, r)
         return r, None
 

@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from . import audit
-from .rules import Rule
+from .rules import Rule, times
 
 __all__ = ["open_stream", "constant", "close", "anchor"]
 
@@ -45,7 +45,7 @@ class _Open(Function):
     @staticmethod
     def backward(ctx, grad):
         (xk,) = ctx.saved_tensors
-        return grad * xk, None
+        return times(xk, grad), None
 
 
 def open_stream(x: Tensor, modify: Callable[[Tensor], Tensor] | None) -> Tensor:
@@ -65,7 +65,7 @@ class _Constant(Function):
     def backward(ctx, grad):
         if audit.is_active():
             (value,) = ctx.saved_tensors
-            audit.record_absorbed(ctx.label, (grad * value).sum())
+            audit.record_absorbed(ctx.label, times(value, grad).sum())
         return None, None, None
 
 
@@ -103,7 +103,7 @@ class _Close(Function):
         grads, dropped = ctx.rule.gradients(relevance, outputs)
         if audit.is_active():
             lost = audit.lost_of(relevance, dropped)
-            passed = sum((z * g).sum() for z, g in zip(outputs, grads))
+            passed = sum(times(z, g).sum() for z, g in zip(outputs, grads))
             audit.record("stabilizer", relevance, dropped, [passed], lost=lost)
         return (None, None, *grads)
 

@@ -54,7 +54,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from . import functional as R
 from . import maps
-from .rules import Epsilon, Pass, Rule
+from .rules import Epsilon, Pass, Rule, nonfinite_guard, times
 
 __all__ = ["RelevanceMode", "UnsupportedOpError", "relevance_pass", "is_active", "current_mode"]
 
@@ -585,7 +585,7 @@ class RelevanceMode(TorchFunctionMode):
             return
         for output in entry[1]:
             value = output.detach()
-            output.register_hook(lambda grad, value=value: fn(grad * value))
+            output.register_hook(lambda grad, value=value: fn(times(value, grad)))
 
     def _register(self, value, rule: Rule, outputs: list):
         if isinstance(value, (tuple, list)):
@@ -729,7 +729,10 @@ class RelevanceMode(TorchFunctionMode):
         wanted = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
         grads: Sequence = ()
         if out.requires_grad:
-            with torch.enable_grad():
+            # inf / NaN somewhere: zero relevance times them must stay 0, or
+            # they would spread into rows the seed does not depend on
+            guard = not all(bool(torch.isfinite(t).all()) for t in (out.detach(), *wanted))
+            with torch.enable_grad(), nonfinite_guard(guard):
                 extra = [maps.anchor(out.device)]
                 grads = torch.autograd.grad(out, wanted + extra, seed, allow_unused=True)[:len(wanted)]
         found = {id(t): g for t, g in zip(wanted, grads)}
@@ -858,8 +861,13 @@ def _prepared(model: torch.nn.Module) -> Iterator[None]:
                 undo.append((module, "training", True))
             for attr, off in (("fuse", False), ("cached", False), ("_explain", False)):
                 if getattr(module, attr, None) is True:
-                    object.__setattr__(module, attr, off) if attr == "_explain" else setattr(module, attr, off)
+                    object.__setattr__(module, attr, off)
                     undo.append((module, attr, True))
+            if getattr(module, "cached", None) is not None:
+                # GCNConv reads _cached_* whenever it is set, whatever `cached` says
+                for key in [k for k, v in vars(module).items() if k.startswith("_cached_") and v is not None]:
+                    undo.append((module, key, getattr(module, key)))
+                    object.__setattr__(module, key, None)
             swap = SWAPPABLE.get(type(module))
             if swap is not None:
                 undo.append((module, "__class__", type(module)))

@@ -28,8 +28,10 @@ stabiliser :func:`stabilize`.
 """
 from __future__ import annotations
 
+import contextvars
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +40,8 @@ from torch import Tensor
 __all__ = [
     "stabilize",
     "divide",
+    "times",
+    "nonfinite_guard",
     "Stream",
     "Rule",
     "Epsilon",
@@ -60,6 +64,32 @@ def stabilize(z: Tensor, epsilon: float) -> Tensor:
     return z.abs().add_(epsilon).copysign_(z)
 
 
+_guard: contextvars.ContextVar[bool] = contextvars.ContextVar("lrp_nonfinite_guard", default=False)
+
+
+@contextmanager
+def nonfinite_guard(active: bool = True) -> Iterator[None]:
+    """While active (in this thread or task), a zero relevance times a
+    non-finite value is 0, not NaN: an ``inf`` or ``NaN`` in a node the
+    explained output does not depend on cannot spread into other rows. The
+    relevance pass turns it on when an input or the output is not finite."""
+    token = _guard.set(active)
+    try:
+        yield
+    finally:
+        _guard.reset(token)
+
+
+def times(value: Tensor, relevance: Tensor) -> Tensor:
+    """``value * relevance``; under :func:`nonfinite_guard`, 0 where the
+    relevance (or gradient) is 0 whatever the value."""
+    out = value * relevance
+    if _guard.get():
+        out = out.masked_fill_(relevance == 0, 0) if out.shape == relevance.shape else \
+            torch.where(relevance == 0, 0, out)
+    return out
+
+
 def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
     r"""Return ``(s, dropped)`` with :math:`s = R / \mathrm{stab}(z)` where
     :math:`z \ne 0` and :math:`s = 0` where :math:`z = 0`.
@@ -73,6 +103,8 @@ def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, 
         s = torch.div(relevance, denominator, out=denominator)  # reuse the temporary
     else:
         s = relevance / denominator
+    if _guard.get():
+        return s.masked_fill_(dropped | (relevance == 0), 0), dropped
     return s.masked_fill_(dropped, 0), dropped
 
 
@@ -165,7 +197,7 @@ class Rule:
         grads, dropped = self.gradients(relevance, outputs)
         r = None
         for i, w, g in zip(inputs, weights, grads):
-            part = (g @ w).mul_(i)
+            part = times(i, g @ w)
             r = part if r is None else r.add_(part)
         return r.expand_as(x) if r.shape != x.shape else r, dropped
 

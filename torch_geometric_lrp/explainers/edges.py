@@ -10,6 +10,7 @@ in ``self_loops``.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -100,9 +101,13 @@ class EdgeRelevance:
         return self._unmatched.item()
 
     def __enter__(self) -> "EdgeRelevance":
+        self._thread = threading.get_ident()
+        self._hooked: set[int] = set()
         for layer in self._layers:
-            self._hooks.append(layer.register_propagate_forward_pre_hook(self._remember_edges))
-            self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
+            self._hook(layer)
+        # layers the forward reaches outside the model (a module called from
+        # a global function): hooked when they first run
+        self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._discover))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -110,7 +115,19 @@ class EdgeRelevance:
             hook.remove()
         self._hooks.clear()
 
+    def _hook(self, layer: MessagePassing) -> None:
+        if id(layer) not in self._hooked:
+            self._hooked.add(id(layer))
+            self._hooks.append(layer.register_propagate_forward_pre_hook(self._remember_edges))
+            self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
+
+    def _discover(self, module, inputs):
+        if isinstance(module, MessagePassing) and threading.get_ident() == self._thread:
+            self._hook(module)
+
     def _remember_edges(self, layer, inputs):
+        if threading.get_ident() != self._thread:  # another thread runs the same layer
+            return None
         edge_index = inputs[0]
         self._current[id(layer)] = edge_index if isinstance(edge_index, Tensor) and not edge_index.is_sparse \
             and edge_index.layout == torch.strided else None
@@ -126,6 +143,8 @@ class EdgeRelevance:
         return routing
 
     def _watch_messages(self, layer, inputs, messages):
+        if threading.get_ident() != self._thread:
+            return None
         edges = self._current.get(id(layer))
         if edges is None or not (isinstance(messages, Tensor) and messages.requires_grad):
             return None

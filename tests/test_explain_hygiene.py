@@ -1,0 +1,345 @@
+"""The model the user passed is what gets explained, and it is handed back
+exactly as it was: flags, parameters, hooks, modules. Also: living with PyG's
+other explainers on the same model."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.explain import Explainer
+from torch_geometric.explain.algorithm import GNNExplainer
+from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+from torch_geometric.nn import GCNConv, MessagePassing
+
+import torch_geometric_lrp as lrp
+from explain_cases import (C, DATA, F_IN, GCN, HID, INDEX, MODELS, assert_conserved, assert_same, build,
+                           check_relevance, inputs, lrp_explainer, one_thread_fixture, out_dim, snapshot)
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
+
+
+# ===========================================================================
+# 4. Model hygiene
+# ===========================================================================
+def run_both(model, name, mode="multiclass_classification", return_type="raw"):
+    level = model.level
+    x, edge_index, kwargs = inputs(level)
+    x_before = x.clone()
+    index = INDEX[level]["tensor"]
+    a = lrp_explainer(model, mode, return_type, level)(x, edge_index, index=index, **kwargs)
+    extra = {} if out_dim(mode) > 1 else {"mode": mode}
+    b = lrp.explain(model, x, edge_index, index=index, **extra, **kwargs)
+    assert torch.equal(x, x_before) and not x.requires_grad and x.grad is None
+    return a, b
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_model_is_left_as_it_was(name, training):
+    model = build(name, "multiclass_classification", "log_probs")
+    model.train(training)
+    before = snapshot(model)
+    a, b = run_both(model, name, return_type="log_probs")
+    assert_same(before, snapshot(model))
+    assert all(m.training is training for m in model.modules())
+    # a model in training mode is explained in eval mode (dropout off)
+    model.eval()
+    reference = lrp_explainer(model, "multiclass_classification", "log_probs", model.level)(
+        *inputs(model.level)[:2], index=INDEX[model.level]["tensor"], **inputs(model.level)[2])
+    for explanation in (a, b):
+        torch.testing.assert_close(explanation.node_mask, reference.node_mask)
+        torch.testing.assert_close(explanation.edge_mask, reference.edge_mask)
+        assert explanation.score == pytest.approx(reference.score, rel=1e-6)
+
+
+def test_mixed_training_flags_are_kept():
+    """Training with a frozen (eval-mode) part: each module keeps its own flag
+    through lrp.explain and lrp.explain_nodes (PyG's own Explainer call resets
+    submodules to the root's flag, so it is not used here)."""
+    model = build("gin").train()
+    model.conv1.nn.eval()
+    before = snapshot(model)
+    x, edge_index, _ = inputs("node")
+    lrp.explain(model, x, edge_index, index=3)
+    assert_same(before, snapshot(model))
+    lrp.explain_nodes(model, x, edge_index, torch.tensor([3, 4]))
+    assert_same(before, snapshot(model))
+
+
+def test_model_is_left_as_it_was_after_explain_nodes():
+    model = build("gat").train()
+    before = snapshot(model)
+    targets = torch.tensor([1, 2, 3])
+    batched = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], targets, batch_size=2)
+    assert_same(before, snapshot(model))
+    assert all(m.training for m in model.modules())
+    # explained in eval mode (GAT's attention dropout and the feature dropout off)
+    reference = lrp.explain_nodes(model.eval(), DATA["x"], DATA["edge_index"], targets, batch_size=2)
+    for ex, ref in zip(batched, reference):
+        torch.testing.assert_close(ex.node_mask, ref.node_mask)
+        assert ex.score == ref.score
+
+
+class SquaredGCN(GCN):
+    """``pow`` has no relevance rule: the relevance pass must raise."""
+
+    def logits(self, x, edge_index):
+        return super().logits(x, edge_index).pow(2)
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_model_is_left_as_it_was_when_the_pass_fails(training):
+    torch.manual_seed(0)
+    model = SquaredGCN(C).train(training)
+    x, edge_index, _ = inputs("node")
+    before = snapshot(model)
+    with pytest.raises(lrp.UnsupportedOpError, match="pow"):
+        lrp.explain(model, x, edge_index, index=3)
+    assert_same(before, snapshot(model))
+    with pytest.raises(lrp.UnsupportedOpError, match="pow"):
+        lrp.explain_nodes(model, x, edge_index, torch.tensor([3, 4]))
+    assert_same(before, snapshot(model))
+    if not training:  # PyG's Explainer itself leaves a model that raised in eval mode
+        with pytest.raises(lrp.UnsupportedOpError, match="pow"):
+            lrp_explainer(model, "multiclass_classification", "raw", "node")(x, edge_index, index=3)
+        assert_same(before, snapshot(model))
+
+
+def test_model_with_requires_grad_off_and_hooks():
+    """Frozen parameters stay frozen, trainable ones trainable, user hooks stay
+    and run: the model is explained as it runs."""
+    model = build("gcn")
+    model.conv1.lin.weight.requires_grad_(False)
+    calls = []
+    handle = model.conv2.register_forward_hook(lambda *a: calls.append(1))
+    before = snapshot(model)
+    run_both(model, "gcn")
+    assert_same(before, snapshot(model))
+    assert model.conv1.lin.weight.requires_grad is False and model.conv2.lin.weight.requires_grad is True
+    assert len(calls) >= 2
+    handle.remove()
+
+
+def _replace_submodule(model):
+    torch.manual_seed(5)
+    model.conv2 = GCNConv(HID, C)
+
+
+def _assign_state(model):
+    model.load_state_dict(build("gcn", seed=3).state_dict(), assign=True)
+
+
+def _assign_parameter(model):
+    model.conv2.bias = torch.nn.Parameter(torch.full((C,), 5.0))
+
+
+def _change_setting(model):
+    model.conv2.add_self_loops = False
+
+
+def _load_state_in_place(model):
+    model.load_state_dict(build("gcn", seed=1).state_dict())
+
+
+@pytest.mark.parametrize("change", [_replace_submodule, _assign_state, _assign_parameter, _change_setting,
+                                    _load_state_in_place])
+def test_a_reused_explainer_follows_the_model(change):
+    """A reused ``Explainer(LRP)`` explains the model as it is now: replaced
+    modules, parameters, settings and weights loaded in place."""
+    model = build("gcn")
+    explainer = lrp_explainer(model, "multiclass_classification", "raw", "node")
+    x, edge_index, _ = inputs("node")
+    before = explainer(x, edge_index, index=3)
+    change(model)
+    after = explainer(x, edge_index, index=3)
+    assert after.score != pytest.approx(before.score, rel=1e-3)
+    check_relevance(after, model, "multiclass_classification", 3)
+
+
+# ===========================================================================
+# 5. Living with PyG's other explainers
+# ===========================================================================
+def gnn_explainer(model, level="node"):
+    return Explainer(model, algorithm=GNNExplainer(epochs=5), explanation_type="model",
+                     node_mask_type="attributes", edge_mask_type="object",
+                     model_config=dict(mode="multiclass_classification", task_level=level, return_type="raw"))
+
+
+@pytest.mark.parametrize("name", ["gcn", "gat", "graph"])
+def test_after_gnnexplainer(name):
+    model = build(name)
+    fresh = copy.deepcopy(model)
+    level = model.level
+    x, edge_index, kwargs = inputs(level)
+    index = INDEX[level]["int"]
+    gnn_explainer(model, level)(x, edge_index, index=index, **kwargs)
+    # the premise: GNNExplainer leaves empty '_edge_mask' parameter slots
+    assert any("_edge_mask" in m._parameters for m in model.modules() if isinstance(m, MessagePassing))
+    before = snapshot(model)
+    ours = lrp_explainer(model, "multiclass_classification", "raw", level)(x, edge_index, index=index, **kwargs)
+    via_explain = lrp.explain(model, x, edge_index, index=index, **kwargs)
+    assert_same(before, snapshot(model))  # GNNExplainer's leftovers are not ours to change
+    reference = lrp.explain(fresh, x, edge_index, index=index, **kwargs)
+    for explanation in (ours, via_explain):
+        torch.testing.assert_close(explanation.node_mask, reference.node_mask)
+        torch.testing.assert_close(explanation.edge_mask, reference.edge_mask)
+    check_relevance(ours, model, "multiclass_classification", index)
+    # and GNNExplainer still runs after us
+    gnn_explainer(model, level)(x, edge_index, index=index, **kwargs)
+
+
+def edge_mask_gradient(model, x, edge_index, index):
+    """What CaptumExplainer('Saliency') does for edges: a non-leaf edge mask
+    set on every layer, then the gradient of the output with respect to it."""
+    leaf = torch.ones(edge_index.shape[1], requires_grad=True)
+    mask = leaf * 1.0  # Captum hands the layers a tensor computed from its input
+    set_masks(model, mask, edge_index, apply_sigmoid=False)
+    try:
+        out = model(x, edge_index)
+        (grad,) = torch.autograd.grad(out[index].sum(), leaf)
+    finally:
+        clear_masks(model)
+    return grad
+
+
+def test_saliency_on_edge_masks_still_works_after_lrp():
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    expected = edge_mask_gradient(copy.deepcopy(model), x, edge_index, 3)
+    lrp.explain(model, x, edge_index, index=3)
+    lrp_explainer(model, "multiclass_classification", "raw", "node")(x, edge_index, index=3)
+    assert not any("_edge_mask" in m._parameters for m in model.modules())
+    torch.testing.assert_close(edge_mask_gradient(model, x, edge_index, 3), expected)
+
+
+@pytest.mark.filterwarnings("ignore:Input Tensor 0 did not already require gradients")
+def test_captum_saliency_still_works_after_lrp():
+    pytest.importorskip("captum", reason="captum is not installed: CaptumExplainer cannot run here")
+    from torch_geometric.explain.algorithm import CaptumExplainer
+
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    lrp.explain(model, x, edge_index, index=3)
+    explanation = Explainer(model, algorithm=CaptumExplainer("Saliency"), explanation_type="model",
+                            node_mask_type="attributes", edge_mask_type="object",
+                            model_config=dict(mode="multiclass_classification", task_level="node",
+                                              return_type="raw"))(x, edge_index, index=3)
+    assert explanation.edge_mask.shape == (edge_index.shape[1],)
+
+
+# ===========================================================================
+# The user's model itself, not a copy (issue items 4, 5, 6, 13)
+# ===========================================================================
+def test_a_reused_explainer_sees_hooks_added_and_removed():
+    """Item 4: a hook added after the first call changes the model's output,
+    and the explanation follows it; after its removal, back again."""
+    model = build("gcn")
+    explainer = lrp_explainer(model, "multiclass_classification", "raw", "node")
+    x, edge_index, _ = inputs("node")
+    before = explainer(x, edge_index, index=3)
+    handle = model.conv2.register_forward_hook(lambda module, args, out: out * 2)
+    doubled = explainer(x, edge_index, index=3)
+    with torch.no_grad():
+        assert doubled.score == pytest.approx(model(x, edge_index)[3].max().item(), rel=1e-5)
+    assert doubled.score == pytest.approx(2 * before.score, rel=1e-5)
+    torch.testing.assert_close(doubled.node_mask, 2 * before.node_mask)
+    handle.remove()
+    after = explainer(x, edge_index, index=3)
+    assert after.score == pytest.approx(before.score, rel=1e-6)
+
+
+def test_a_compiled_model_is_explained_and_left_alone():
+    """Item 5: ``torch.compile(model)`` is explained through the model it
+    wraps, and nothing of either is replaced."""
+    model = build("gcn")
+    compiled = torch.compile(model)
+    before = snapshot(model)
+    x, edge_index, _ = inputs("node")
+    ours = lrp.explain(compiled, x, edge_index, index=3)
+    reference = lrp.explain(model, x, edge_index, index=3)
+    assert_same(before, snapshot(model))
+    assert hasattr(model, "conv1") and compiled._orig_mod is model
+    torch.testing.assert_close(ours.node_mask, reference.node_mask)
+    assert ours.score == pytest.approx(reference.score, rel=1e-6)
+
+
+class Head(torch.nn.Module):
+    """A module the library does not know (declared as coming from torch, as
+    library modules are), made of ops that have relevance rules."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(HID, C)
+
+    def forward(self, h):
+        return self.lin(h)
+
+
+Head.__module__ = "torch.nn.modules.head"
+
+
+class WithHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(F_IN, HID)
+        self.head = Head()
+
+    def forward(self, x, edge_index):
+        return self.head(F.relu(self.conv(x, edge_index)))
+
+
+def test_rules_for_a_module_type_are_used():
+    """Item 6: ``rules={T: rule}`` for a module type ``T`` explains with that
+    rule (the old probe converted without the rules and raised)."""
+    torch.manual_seed(0)
+    model = WithHead().eval()
+    x, edge_index, _ = inputs("node")
+    tight = lrp.explain(model, x, edge_index, index=3, rules={Head: lrp.rules.Epsilon(1e-9)})
+    loose = lrp.explain(model, x, edge_index, index=3, rules={Head: lrp.rules.Epsilon(10.0)})
+    assert tight.score == pytest.approx(loose.score, rel=1e-6)
+    assert abs(loose.absorbed) > abs(tight.absorbed) + 1e-3 * abs(tight.score)
+    assert_conserved(tight)
+    assert_conserved(loose)
+
+
+ENCODER = None
+
+
+class ReadsAGlobalEncoder(torch.nn.Module):
+    """Like PyG's ``gnn_explainer_link_pred.py``: the forward calls a module
+    that is not its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(HID, C)
+
+    def forward(self, x, edge_index):
+        return self.head(F.relu(ENCODER(x, edge_index)))
+
+
+class OwnsTheEncoder(torch.nn.Module):
+    def __init__(self, encoder, head):
+        super().__init__()
+        self.encoder, self.head = encoder, head
+
+    def forward(self, x, edge_index):
+        return self.head(F.relu(self.encoder(x, edge_index)))
+
+
+def test_modules_outside_the_model_are_explained():
+    """Item 13: the encoder the forward reaches outside ``self`` gets edge
+    relevance and the rules, as if the model owned it."""
+    global ENCODER
+    torch.manual_seed(0)
+    ENCODER = GCNConv(F_IN, HID).eval()
+    model = ReadsAGlobalEncoder().eval()
+    owner = OwnsTheEncoder(ENCODER, model.head).eval()
+    x, edge_index, _ = inputs("node")
+    rules = {GCNConv: lrp.rules.Gamma(0.5)}
+    outside = lrp.explain(model, x, edge_index, index=3, rules=rules)
+    inside = lrp.explain(owner, x, edge_index, index=3, rules=rules)
+    assert outside.edge_mask.abs().sum() > 0
+    torch.testing.assert_close(outside.edge_mask, inside.edge_mask)
+    torch.testing.assert_close(outside.node_mask, inside.node_mask)

@@ -1,0 +1,300 @@
+"""What goes in: arguments are checked before any work, with errors that
+name the argument and the fix, and inputs people really pass are explained
+(issue items 3, 7, 9, 10, 11, 16, 17, 18)."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.explain import Explainer
+from torch_geometric.nn import GCNConv, SAGEConv
+
+import torch_geometric_lrp as lrp
+from explain_cases import (C, DATA, F_IN, GCN, HID, N, Model, assert_conserved, assert_same_explanation, build,
+                           inputs, logits_of, lrp_explainer, one_thread_fixture, sparse_graph, spy_pass_sizes)
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fails the test if a relevance pass starts."""
+    from torch_geometric_lrp.explainers import core
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a relevance pass ran before the arguments were checked")
+
+    monkeypatch.setattr(core.Pass, "__enter__", refuse)
+
+
+# ---------------------------------------------------------------------------
+# Item 3: max / min aggregation, a target without incoming edges
+# ---------------------------------------------------------------------------
+class MaxSAGE(Model):
+    def __init__(self, out, aggr="max"):
+        super().__init__()
+        self.act = None
+        self.conv1 = SAGEConv(F_IN, HID, aggr=aggr)
+        self.conv2 = SAGEConv(HID, out, aggr=aggr)
+
+    def logits(self, x, edge_index):
+        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+@pytest.mark.parametrize("aggr", ["max", "min"])
+@pytest.mark.parametrize("subgraph", [True, False])
+def test_max_aggregation_target_without_incoming_edges(aggr, subgraph):
+    torch.manual_seed(0)
+    model = MaxSAGE(C, aggr).eval()
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    edge_index = edge_index[:, (edge_index[1] != 3) & (edge_index[0] != 3)]  # node 3: no edges at all
+    explanation = lrp.explain(model, x, edge_index, index=3, subgraph=subgraph)
+    with torch.no_grad():
+        assert explanation.score == pytest.approx(model(x, edge_index)[3].max().item(), rel=1e-5)
+    assert torch.all(explanation.node_mask[torch.arange(N) != 3] == 0)
+    assert_conserved(explanation)
+
+
+# ---------------------------------------------------------------------------
+# Item 7: non-finite values the target does not depend on
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+@pytest.mark.parametrize("subgraph", [True, False])
+def test_non_finite_values_outside_the_dependency_change_nothing(value, subgraph):
+    model = build("gcn")
+    x, edge_index = sparse_graph()
+    clean = lrp.explain(model, x, edge_index, index=10, subgraph=subgraph)
+    poisoned_x = x.clone()
+    poisoned_x[30] = value  # 20 hops away on the ring
+    poisoned = lrp.explain(model, poisoned_x, edge_index, index=10, subgraph=subgraph)
+    assert torch.isfinite(poisoned.node_mask).all() and torch.isfinite(poisoned.edge_mask).all()
+    assert_same_explanation(poisoned, clean)
+
+
+# ---------------------------------------------------------------------------
+# Item 9: targets
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [-1, C])
+@pytest.mark.parametrize("api", ["explain", "explainer"])
+def test_class_out_of_range_is_refused(cls, api):
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    target = torch.full((N,), cls)
+    with pytest.raises(ValueError, match=rf"target: class {cls} is out of range for a model with {C} classes"):
+        if api == "explain":
+            lrp.explain(model, x, edge_index, index=3, target=target)
+        else:
+            lrp_explainer(model, "multiclass_classification", "raw", "node", "phenomenon")(
+                x, edge_index, index=3, target=target)
+
+
+def test_float_target_on_a_classifier_is_refused(no_work):
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(TypeError, match="target: a multiclass model's target holds class indices"):
+        lrp.explain(model, x, edge_index, index=3, target=torch.ones(N), mode="multiclass_classification")
+
+
+def test_float_target_on_a_classifier_is_refused_after_inference():
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(TypeError, match="target: a multiclass model's target holds class indices"):
+        lrp.explain(model, x, edge_index, index=3, target=torch.ones(N))
+
+
+def test_regression_target_is_refused(no_work):
+    """A regression output is explained as it is; a target value would be
+    silently ignored, so it is refused."""
+    model = build("gcn", "regression")
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(ValueError, match="target: a regression model's output is explained as it is"):
+        lrp.explain(model, x, edge_index, index=3, target=torch.full((N, 1), 5.0), mode="regression")
+
+
+def test_regression_model_explanation_explains_the_output():
+    """With explanation_type='model', PyG hands the prediction as the target:
+    that is the output, explained as it is."""
+    model = build("gcn", "regression")
+    x, edge_index, _ = inputs("node")
+    explanation = lrp_explainer(model, "regression", "raw", "node")(x, edge_index, index=3)
+    assert explanation.score == pytest.approx(logits_of(model, "node")[3].item(), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Item 10: grad modes
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+@pytest.mark.parametrize("api", ["explain", "explainer", "explain_nodes"])
+def test_explanations_under_no_grad_and_inference_mode(context, api):
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    reference = lrp.explain(model, x, edge_index, index=3)
+    with context():
+        x_in, edge_index_in = x.clone(), edge_index.clone()  # inference tensors under inference_mode
+        if api == "explain":
+            explanation = lrp.explain(model, x_in, edge_index_in, index=3)
+        elif api == "explainer":
+            explanation = lrp_explainer(model, "multiclass_classification", "raw", "node")(
+                x_in, edge_index_in, index=3)
+        else:
+            (explanation,) = lrp.explain_nodes(model, x_in, edge_index_in, torch.tensor([3]))
+            explanation.node_mask = torch.zeros_like(x).index_add_(0, explanation.node_index, explanation.node_mask)
+    torch.testing.assert_close(explanation.node_mask, reference.node_mask)
+    assert explanation.score == pytest.approx(reference.score, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Item 11: integer features
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("api", ["explain", "explainer", "explain_nodes"])
+def test_integer_x_names_x_and_the_fix(api, no_work):
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    x = x.round().long()
+    with pytest.raises(TypeError, match=r"x: relevance is carried by floating-point node features.*x\.float\(\)"):
+        if api == "explain":
+            lrp.explain(model, x, edge_index, index=3)
+        elif api == "explainer":  # phenomenon: PyG runs no prediction of its own first
+            lrp_explainer(model, "multiclass_classification", "raw", "node", "phenomenon")(
+                x, edge_index, index=3, target=torch.zeros(N, dtype=torch.long))
+        else:
+            lrp.explain_nodes(model, x, edge_index, torch.tensor([3]))
+
+
+# ---------------------------------------------------------------------------
+# Item 16: sparse adjacency
+# ---------------------------------------------------------------------------
+def torch_sparse_adjacency(edge_index):
+    return torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(edge_index.shape[1]), (N, N)).coalesce()
+
+
+def sparse_tensor_adjacency(edge_index):
+    torch_sparse = pytest.importorskip("torch_sparse")
+    return torch_sparse.SparseTensor.from_edge_index(edge_index, sparse_sizes=(N, N)).t()
+
+
+@pytest.mark.parametrize("make", [torch_sparse_adjacency, sparse_tensor_adjacency])
+def test_sparse_adjacency(make, no_work):
+    """An edge mask asked for with a sparse adjacency is refused by name;
+    explain_nodes, which cuts edges, refuses it too."""
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    adj = make(edge_index)
+    with pytest.raises(ValueError, match="edge_mask_type: an edge mask needs edge_index as a"):
+        lrp.explain(model, x, adj, index=3)
+    with pytest.raises(ValueError, match="edge_mask_type: an edge mask needs edge_index as a"):
+        lrp_explainer(model, "multiclass_classification", "raw", "node")(x, adj, index=3)
+    with pytest.raises(ValueError, match="edge_index: explain_nodes cuts each target's subgraph"):
+        lrp.explain_nodes(model, x, adj, torch.tensor([3]))
+
+
+@pytest.mark.parametrize("make", [torch_sparse_adjacency, sparse_tensor_adjacency])
+def test_sparse_adjacency_node_relevance(make):
+    model = build("gcn", bias=False)
+    x, edge_index, _ = inputs("node")
+    explanation = lrp.explain(model, x, make(edge_index), index=3, edge_mask_type=None)
+    reference = lrp.explain(model, x, edge_index, index=3)
+    torch.testing.assert_close(explanation.node_mask, reference.node_mask, rtol=1e-4, atol=1e-5)
+    assert explanation.score == pytest.approx(reference.score, rel=1e-6)
+    assert "edge_mask" not in explanation or explanation.get("edge_mask") is None
+
+
+# ---------------------------------------------------------------------------
+# Item 17: multi-label binary classification
+# ---------------------------------------------------------------------------
+class MultiLabel(GCN):
+    """Several independent labels per node, each with its own sigmoid (PPI style)."""
+
+    def forward(self, x, edge_index):
+        return torch.sigmoid(self.logits(x, edge_index))
+
+
+@pytest.mark.parametrize("given", ["none", "full", "flat"])
+def test_multi_label_binary_classification(given):
+    torch.manual_seed(0)
+    labels = 5
+    model = MultiLabel(labels).eval()
+    x, edge_index = sparse_graph()
+    with torch.no_grad():
+        logits = model.logits(x, edge_index)
+    target = {"none": None, "full": (logits > 0.2).long(), "flat": (logits > 0.2).long().view(-1)}[given]
+    explanation = lrp.explain(model, x, edge_index, index=torch.tensor([3, 30]), target=target)
+    config = explanation._model_config
+    assert (config.mode.value, config.return_type.value) == ("binary_classification", "probs")
+    wanted = (logits > 0).long() if target is None else (logits > 0.2).long()
+    expected = torch.where(wanted[[3, 30]] == 1, logits[[3, 30]], -logits[[3, 30]]).sum().item()
+    assert explanation.score == pytest.approx(expected, rel=1e-5)
+    assert explanation.target.shape == (2, labels)
+    assert_conserved(explanation)
+    via_explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type="attributes",
+                              edge_mask_type="object", model_config=dict(mode="binary_classification",
+                                                                         task_level="node", return_type="probs"))(
+        x, edge_index, index=torch.tensor([3, 30]))
+    if target is None:
+        assert via_explainer.score == pytest.approx(explanation.score, rel=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Item 18 and the rest of the arguments: checked before any work
+# ---------------------------------------------------------------------------
+BAD = [
+    (dict(batch_size=0), ValueError, "batch_size: expected a positive int"),
+    (dict(batch_size=2.5), ValueError, "batch_size: expected a positive int"),
+    (dict(mask="bogus"), ValueError, "mask: must be one of"),
+    (dict(rules={"conv1": "epsilon"}), TypeError, "rules: values must be rules"),
+    (dict(rules=[1]), TypeError, "rules: expected a Rule or a dict"),
+    (dict(mode="multiclass"), ValueError, "mode: must be one of"),
+    (dict(num_hops=-1), ValueError, "num_hops: expected an int >= 0"),
+]
+
+
+@pytest.mark.parametrize("kwargs,error,message", BAD)
+def test_explain_nodes_checks_arguments_first(kwargs, error, message, no_work):
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(error, match=message):
+        lrp.explain_nodes(model, x, edge_index, torch.tensor([3, 4]), **kwargs)
+
+
+@pytest.mark.parametrize("index,error,message", [
+    (torch.tensor([-1]), ValueError, "index: row positions must be >= 0"),
+    (torch.tensor([0.5]), TypeError, "index: expected integer row positions or a boolean mask"),
+    (torch.tensor([N]), ValueError, f"index: row {N} is out of range for {N} rows"),
+    (torch.ones(N - 1, dtype=torch.bool), ValueError, "index: a boolean mask needs one entry per row"),
+])
+def test_explain_nodes_checks_index_first(index, error, message, no_work):
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(error, match=message):
+        lrp.explain_nodes(model, x, edge_index, index)
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(mask="bogus"), ValueError, "mask: must be one of"),
+    (dict(rules={3: lrp.rules.Epsilon()}), TypeError, "rules: keys must be module types or qualified names"),
+    (dict(index=torch.tensor([-2])), ValueError, "index: row positions must be >= 0"),
+    (dict(task_level="nodes"), ValueError, "task_level: must be one of"),
+    (dict(edge_mask_type="attributes"), ValueError, "edge_mask_type: must be 'object' or None"),
+    (dict(node_mask_type="everything"), ValueError, "node_mask_type: must be one of"),
+])
+def test_explain_checks_arguments_first(kwargs, error, message, no_work):
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(error, match=message):
+        lrp.explain(model, x, edge_index, **{"index": 3, **kwargs})
+
+
+def test_lrp_checks_its_arguments():
+    with pytest.raises(ValueError, match="mask: must be one of"):
+        lrp.LRP(mask="absolute")
+    with pytest.raises(TypeError, match="rules: values must be rules"):
+        lrp.LRP(rules={GCNConv: 0.25})
+
+
+def test_index_out_of_range_for_the_output():
+    model = build("graph")
+    x, edge_index, kwargs = inputs("graph")
+    with pytest.raises(ValueError, match="index: row 5 is out of range for an output of 3 rows"):
+        lrp.explain(model, x, edge_index, index=5, **kwargs)

@@ -1,0 +1,193 @@
+"""``lrp.explain_nodes``: many targets per pass, each on its own copy of its
+computation subgraph, equal to explaining them one by one."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GCNConv
+from torch_geometric.utils import to_undirected
+
+import torch_geometric_lrp as lrp
+from explain_cases import (C, DATA, F_IN, GCN, GINE, HID, N, NODE_MODELS, CachedGCN, Weighted, edge_attr_data, assert_conserved, build, check_relevance,
+                           logits_of, one_thread_fixture, other_target, out_dim, sparse_graph)
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
+
+
+# ===========================================================================
+# 6. explain_nodes: batched == one by one on the full graph
+# ===========================================================================
+TARGETS = torch.tensor([0, 1, 2, 3, 17, 16, 22, 9, 29, 14, 3])  # neighbours, far apart, a repeat
+
+
+@pytest.fixture(scope="module")
+def full_graph_explanations():
+    cache = {}
+
+    def get(name, mode="multiclass_classification", return_type="raw"):
+        key = (name, mode, return_type)
+        if key not in cache:
+            model = build(name, mode, return_type)
+            extra = {} if out_dim(mode) > 1 else {"mode": mode}
+            cache[key] = (model, [lrp.explain(model, DATA["x"], DATA["edge_index"], index=int(t), **extra)
+                                  for t in TARGETS])
+        return cache[key]
+    return get
+
+
+def assert_matches_full_graph(batched, full, targets):
+    assert len(batched) == len(targets)
+    for t, ex, ref in zip(targets.tolist(), batched, full):
+        assert int(ex.node_index[ex.index]) == t
+        assert ex.node_mask.shape == (ex.node_index.numel(), F_IN)
+        torch.testing.assert_close(ex.node_mask, ref.node_mask[ex.node_index], rtol=0, atol=1e-5)
+        outside = torch.ones(N, dtype=torch.bool)
+        outside[ex.node_index] = False
+        assert torch.all(ref.node_mask[outside] == 0)
+        torch.testing.assert_close(ex.edge_mask, ref.edge_mask[ex.edge_id], rtol=0, atol=1e-5)
+        torch.testing.assert_close(ex.edge_index, DATA["edge_index"][:, ex.edge_id].apply_(
+            lambda v: int((ex.node_index == v).nonzero())))
+        assert ex.score == pytest.approx(ref.score, rel=1e-5, abs=1e-6)
+        assert int(ex.target) == int(ref.target[0])
+        if "unassigned" in ex:
+            assert ex.unassigned == pytest.approx(ex.score - ex.relevance_total, abs=1e-6)
+        else:  # a pass of its own: measured
+            assert_conserved(ex)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 200])
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_explain_nodes_equals_full_graph(full_graph_explanations, name, batch_size):
+    model, full = full_graph_explanations(name)
+    batched = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, batch_size=batch_size)
+    assert_matches_full_graph(batched, full, TARGETS)
+
+
+@pytest.mark.parametrize("mode,return_type", [("binary_classification", "probs"),
+                                              ("multiclass_classification", "log_probs")])
+def test_explain_nodes_other_modes(full_graph_explanations, mode, return_type):
+    model, full = full_graph_explanations("gcn", mode, return_type)
+    batched = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, batch_size=4,
+                                mode=None if out_dim(mode) > 1 else mode)
+    assert_matches_full_graph(batched, full, TARGETS)
+
+
+def test_explain_nodes_with_target_and_view():
+    model = build("gat")
+    logits = logits_of(model, "node")
+    target = other_target(logits, "multiclass_classification")[TARGETS]
+    batched = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, target=target, batch_size=3)
+    shown = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, target=target, batch_size=3,
+                              mask="abs")
+    for t, cls, ex, ab in zip(TARGETS.tolist(), target.tolist(), batched, shown):
+        assert ex.score == pytest.approx(logits[t, cls].item(), rel=1e-5, abs=1e-6)
+        full = lrp.explain(model, DATA["x"], DATA["edge_index"], index=t, target=torch.tensor([cls]))
+        torch.testing.assert_close(ex.node_mask, full.node_mask[ex.node_index], rtol=0, atol=1e-5)
+        torch.testing.assert_close(ab.node_mask, ex.node_mask.abs())
+        torch.testing.assert_close(ab.edge_mask, ex.edge_mask.abs())
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_explain_nodes_with_cached_gcn(warm):
+    """Each batch is a new graph: neither the full graph's cached
+    normalisation nor the previous batch's may be reused."""
+    torch.manual_seed(0)
+    model = CachedGCN(C).eval()
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    if warm:
+        model(x, edge_index)  # the user's model has cached the full graph
+    targets = torch.tensor([0, 3, 17, 22])
+    full = [lrp.explain(model, x, edge_index, index=int(t)) for t in targets]
+    check_relevance(full[1], model, "multiclass_classification", 3)
+    cache = model.conv1._cached_edge_index
+    batched = lrp.explain_nodes(model, x, edge_index, targets, batch_size=2)
+    assert model.conv1._cached_edge_index is cache and model.conv1.cached
+    for ex, ref in zip(batched, full):
+        torch.testing.assert_close(ex.node_mask, ref.node_mask[ex.node_index], rtol=0, atol=1e-5)
+        assert ex.score == pytest.approx(ref.score, rel=1e-5)
+
+
+def test_explain_nodes_with_edge_weight():
+    model = build("gcn")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    edge_weight = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(3)) + 0.5
+
+    weighted = Weighted(model).eval()
+    targets = torch.tensor([3, 9, 22])
+    batched = lrp.explain_nodes(weighted, x, edge_index, targets, batch_size=2, edge_weight=edge_weight)
+    for t, ex in zip(targets.tolist(), batched):
+        ref = lrp.explain(weighted, x, edge_index, index=t, edge_weight=edge_weight)
+        torch.testing.assert_close(ex.node_mask, ref.node_mask[ex.node_index], rtol=0, atol=1e-5)
+        torch.testing.assert_close(ex.edge_mask, ref.edge_mask[ex.edge_id], rtol=0, atol=1e-5)
+
+
+def test_explain_nodes_slices_edge_attr():
+    torch.manual_seed(0)
+    model = GINE(C).eval()
+    x, edge_index, edge_attr = edge_attr_data()
+    targets = torch.tensor([3, 4, 20])
+    batched = lrp.explain_nodes(model, x, edge_index, targets, batch_size=2, edge_attr=edge_attr)
+    for t, ex in zip(targets.tolist(), batched):
+        full = lrp.explain(model, x, edge_index, index=t, edge_attr=edge_attr)
+        torch.testing.assert_close(ex.node_mask, full.node_mask[ex.node_index], rtol=0, atol=1e-5)
+        torch.testing.assert_close(ex.edge_attr_mask, full.edge_attr_mask[ex.edge_id], rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_explain_nodes_larger_graph(name):
+    """A few hundred nodes, many overlapping subgraphs per batch."""
+    g = torch.Generator().manual_seed(7)
+    n = 400
+    x = torch.randn(n, F_IN, generator=g)
+    edge_index = to_undirected(torch.randint(0, n, (2, 1200), generator=g), num_nodes=n)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    model = build(name)
+    targets = torch.randperm(n, generator=g)[:60]
+    batched = lrp.explain_nodes(model, x, edge_index, targets, batch_size=16)
+    for t, ex in zip(targets.tolist(), batched):
+        full = lrp.explain(model, x, edge_index, index=t)
+        torch.testing.assert_close(ex.node_mask, full.node_mask[ex.node_index], rtol=0, atol=1e-5)
+        torch.testing.assert_close(ex.edge_mask, full.edge_mask[ex.edge_id], rtol=0, atol=1e-5)
+        assert ex.score == pytest.approx(full.score, rel=1e-5, abs=1e-6)
+
+
+def test_a_boolean_mask_selects_its_nodes():
+    """Item 8: a boolean mask means its True nodes (not the indices 0 / 1)."""
+    model = build("gcn")
+    mask = torch.zeros(N, dtype=torch.bool)
+    mask[[5, 17]] = True
+    by_mask = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], mask)
+    by_index = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], torch.tensor([5, 17]))
+    assert [int(ex.node_index[ex.index]) for ex in by_mask] == [5, 17]
+    for a, b in zip(by_mask, by_index):
+        torch.testing.assert_close(a.node_mask, b.node_mask)
+    single = lrp.explain(model, DATA["x"], DATA["edge_index"], index=mask)
+    assert single.score == pytest.approx(sum(ex.score for ex in by_index), rel=1e-5)
+    with pytest.raises(ValueError, match="index: a boolean mask needs one entry per row"):
+        lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], mask[:-1])
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_explain_nodes_falls_back_for_a_model_that_is_not_local(batch_size):
+    """A global statistic: each target is explained on the full graph, with
+    a warning, and equals lrp.explain(..., subgraph=False)."""
+
+    class Normalized(GCN):
+        def logits(self, x, edge_index):
+            h = F.normalize(F.relu(self.conv1(x, edge_index)), dim=0)
+            return self.conv2(h, edge_index)
+
+    torch.manual_seed(0)
+    model = Normalized(C).eval()
+    x, edge_index = sparse_graph()
+    targets = torch.tensor([4, 30])
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="reads the graph as a whole"):
+        batched = lrp.explain_nodes(model, x, edge_index, targets, batch_size=batch_size)
+    for t, ex in zip(targets.tolist(), batched):
+        full = lrp.explain(model, x, edge_index, index=t, subgraph=False)
+        assert ex.node_index.numel() == x.shape[0]
+        torch.testing.assert_close(ex.node_mask, full.node_mask)
+        assert ex.score == pytest.approx(full.score, rel=1e-5)
+        assert_conserved(ex)

@@ -1,0 +1,337 @@
+"""Node-level targets explained on their computation subgraph: equal to the
+full graph, or a fallback that says so (issue items 1, 2, 7).
+
+The cut itself is tested in ``test_subgraph.py``.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.nn import (ChebConv, GATConv, GCNConv, GINConv, GraphConv, MessagePassing, SAGEConv)
+from torch_geometric.utils import degree
+
+import torch_geometric_lrp as lrp
+from explain_cases import (C, F_IN, GCN, GINE, HID, Model, NODE_MODELS, CachedGCN, Weighted, assert_conserved,
+                           assert_same_explanation, build, lrp_explainer, one_thread_fixture, sparse_graph,
+                           spy_pass_sizes)
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
+
+
+@pytest.fixture
+def pass_sizes(monkeypatch):
+    return spy_pass_sizes(monkeypatch)
+
+
+@pytest.mark.parametrize("index", [5, [5, 6], [0, 24, 24]])
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_subgraph_equals_full_graph(name, index, pass_sizes):
+    model = build(name)
+    x, edge_index = sparse_graph()
+    index = index if isinstance(index, int) else torch.tensor(index)
+    on_subgraph = lrp.explain(model, x, edge_index, index=index)
+    on_full_graph = lrp.explain(model, x, edge_index, index=index, subgraph=False)
+    assert pass_sizes[0] < x.shape[0] // 2 and pass_sizes[1] == x.shape[0]
+    assert_same_explanation(on_subgraph, on_full_graph)
+
+
+@pytest.mark.parametrize("mode,return_type", [("binary_classification", "probs"), ("regression", "raw"),
+                                              ("multiclass_classification", "log_probs")])
+def test_subgraph_equals_full_graph_in_other_modes(mode, return_type, pass_sizes):
+    model = build("gcn", mode, return_type)
+    x, edge_index = sparse_graph()
+    extra = {} if mode == "multiclass_classification" else {"mode": mode}
+    a = lrp.explain(model, x, edge_index, index=torch.tensor([3, 30]), **extra)
+    b = lrp.explain(model, x, edge_index, index=torch.tensor([3, 30]), subgraph=False, **extra)
+    assert pass_sizes[0] < x.shape[0]
+    assert_same_explanation(a, b)
+
+
+def test_subgraph_with_a_target_per_node(pass_sizes):
+    """Phenomenon explanations: a target for every node is cut to the subgraph."""
+    model = build("gat")
+    x, edge_index = sparse_graph()
+    target = torch.arange(x.shape[0]) % C
+    a, b = (lrp.explain(model, x, edge_index, index=torch.tensor([7, 8]), target=target, subgraph=s)
+            for s in (True, False))
+    assert pass_sizes[0] < x.shape[0]
+    assert_same_explanation(a, b)
+    assert a.target.tolist() == target[[7, 8]].tolist()  # the target of each explained row
+
+
+def test_subgraph_cuts_edge_inputs(pass_sizes):
+    torch.manual_seed(0)
+    x, edge_index = sparse_graph()
+    edge_attr = torch.randn(edge_index.shape[1], 4, generator=torch.Generator().manual_seed(5))
+    edge_weight = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(6)) + 0.5
+    gine = GINE(C).eval()
+    a, b = (lrp.explain(gine, x, edge_index, index=9, edge_attr=edge_attr, subgraph=s) for s in (True, False))
+    assert_same_explanation(a, b)
+    weighted = Weighted(build("gcn")).eval()
+    c, d = (lrp.explain(weighted, x, edge_index, index=9, edge_weight=edge_weight, subgraph=s)
+            for s in (True, False))
+    assert_same_explanation(c, d)
+    assert pass_sizes[0] < x.shape[0] and pass_sizes[2] < x.shape[0]
+
+
+def test_subgraph_with_a_cached_gcn(pass_sizes):
+    """The subgraph is a new graph: the copy does not reuse the full graph's
+    normalisation, and the user's model keeps its cache."""
+    torch.manual_seed(0)
+    model = CachedGCN(C).eval()
+    x, edge_index = sparse_graph()
+    with torch.no_grad():
+        model(x, edge_index)
+    cache = model.conv1._cached_edge_index
+    a, b = (lrp.explain(model, x, edge_index, index=12, subgraph=s) for s in (True, False))
+    assert pass_sizes[0] < x.shape[0]
+    assert_same_explanation(a, b)
+    assert model.conv1._cached_edge_index is cache and model.conv1.cached
+
+
+def test_subgraph_is_skipped_for_inputs_it_cannot_cut(pass_sizes):
+    """A tensor input that is neither per node nor per edge (here a dense
+    ``[N, N]`` matrix) leaves the pass on the full graph."""
+    gcn = build("gcn")
+
+    class WithDense(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = gcn
+
+        def forward(self, x, edge_index, dense):
+            return self.inner(x, edge_index)
+
+    x, edge_index = sparse_graph()
+    lrp.explain(WithDense().eval(), x, edge_index, index=3, dense=torch.zeros(x.shape[0], x.shape[0]))
+    assert pass_sizes == [x.shape[0]]
+
+
+class GlobalContext(GCN):
+    """Adds the mean over all nodes: every node reaches every other."""
+
+    def logits(self, x, edge_index):
+        h = F.relu(self.conv1(x, edge_index))
+        return self.conv2(h + h.mean(dim=0, keepdim=True), edge_index)
+
+
+class SharedLayer(Model):
+    """One layer applied three times: three hops, one MessagePassing module."""
+
+    def __init__(self, out, act=None, bias=True):
+        super().__init__()
+        self.act = act
+        self.conv = GCNConv(F_IN, F_IN, bias=bias)
+        self.head = torch.nn.Linear(F_IN, out, bias=bias)
+
+    def logits(self, x, edge_index):
+        for _ in range(3):
+            x = F.relu(self.conv(x, edge_index))
+        return self.head(x)
+
+
+@pytest.mark.parametrize("cls,reason", [(GlobalContext, "reads the graph as a whole"),
+                                        (SharedLayer, "relevance reached nodes beyond the hops")])
+def test_model_that_is_not_local_is_explained_on_the_full_graph(cls, reason, pass_sizes):
+    """A model that reads further than its layers count: every call tries the
+    subgraph, finds out, warns and explains on the full graph (nothing sticks
+    to the explainer); explain_nodes does the same per batch."""
+    torch.manual_seed(0)
+    model = cls(C).eval()
+    x, edge_index = sparse_graph()
+    explainer = lrp_explainer(model, "multiclass_classification", "raw", "node")
+    with pytest.warns(lrp.explainers.SubgraphWarning, match=reason):
+        first = explainer(x, edge_index, index=10)
+    with pytest.warns(lrp.explainers.SubgraphWarning, match=reason):
+        second = explainer(x, edge_index, index=11)
+    n = x.shape[0]
+    assert pass_sizes[1] == n and pass_sizes[3] == n and pass_sizes[0] < n and pass_sizes[2] < n
+    assert_same_explanation(first, lrp.explain(model, x, edge_index, index=10, subgraph=False))
+    assert_same_explanation(second, lrp.explain(model, x, edge_index, index=11, subgraph=False))
+    with pytest.warns(lrp.explainers.SubgraphWarning, match=reason):
+        nodes = lrp.explain_nodes(model, x, edge_index, torch.tensor([10, 11]))
+    torch.testing.assert_close(nodes[0].node_mask, first.node_mask, rtol=0, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Item 1: degrees the cut must keep whole (out-degree normalisations)
+# ---------------------------------------------------------------------------
+class Cheb(Model):
+    def __init__(self, out, act=None, bias=True):
+        super().__init__()
+        self.act = act
+        self.conv1 = ChebConv(F_IN, HID, K=2)
+        self.conv2 = ChebConv(HID, out, K=2)
+
+    def logits(self, x, edge_index):
+        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+class OutDegreeConv(MessagePassing):
+    """Messages scaled by ``1 / out-degree`` of their source."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__(aggr="add")
+        self.lin = torch.nn.Linear(in_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        out_degree = degree(edge_index[0], x.shape[0]).clamp(min=1)
+        return self.propagate(edge_index, x=self.lin(x), norm=out_degree[edge_index[0]].reciprocal())
+
+    def message(self, x_j, norm):
+        return norm.view(-1, 1) * x_j
+
+
+class OutDegree(Model):
+    def __init__(self, out, act=None, bias=True):
+        super().__init__()
+        self.act = act
+        self.conv1 = OutDegreeConv(F_IN, HID)
+        self.conv2 = OutDegreeConv(HID, out)
+
+    def logits(self, x, edge_index):
+        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+def directed_graph(n: int = 48, seed: int = 3):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, F_IN, generator=g)
+    edge_index = torch.randint(0, n, (2, 3 * n), generator=g)
+    return x, edge_index[:, edge_index[0] != edge_index[1]]
+
+
+@pytest.mark.parametrize("cls", [Cheb, OutDegree])
+def test_out_degree_normalisation_on_a_directed_graph(cls, pass_sizes):
+    """The cut keeps every edge leaving the nodes the target reads, so their
+    out-degrees are right: the subgraph explains the model's own logit."""
+    torch.manual_seed(0)
+    model = cls(C).eval()
+    x, edge_index = directed_graph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+        on_subgraph = lrp.explain(model, x, edge_index, index=7)
+    with torch.no_grad():
+        assert on_subgraph.score == pytest.approx(model(x, edge_index)[7].max().item(), rel=1e-5)
+    assert pass_sizes[0] < x.shape[0]
+    assert_same_explanation(on_subgraph, lrp.explain(model, x, edge_index, index=7, subgraph=False))
+
+
+# ---------------------------------------------------------------------------
+# Item 2: models that read the graph as a whole
+# ---------------------------------------------------------------------------
+class Normalized(GCN):
+    """``F.normalize(h, dim=0)``: every node's features scaled by a norm over all nodes."""
+
+    def logits(self, x, edge_index):
+        return self.conv2(F.normalize(F.relu(self.conv1(x, edge_index)), dim=0), edge_index)
+
+
+class PerNodeParameter(GCN):
+    """A learned vector per node, indexed by ``arange(N)``."""
+
+    def __init__(self, out, num_nodes=48):
+        super().__init__(out)
+        self.per_node = torch.nn.Parameter(torch.randn(2 * num_nodes, HID))
+
+    def logits(self, x, edge_index):
+        h = F.relu(self.conv1(x, edge_index)) + self.per_node[torch.arange(x.shape[0])]
+        return self.conv2(h, edge_index)
+
+
+@pytest.mark.parametrize("cls", [Normalized, PerNodeParameter])
+def test_a_model_that_reads_the_whole_graph_falls_back(cls, pass_sizes):
+    torch.manual_seed(0)
+    model = cls(C).eval()
+    x, edge_index = sparse_graph()
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="reads the graph as a whole"):
+        explanation = lrp.explain(model, x, edge_index, index=9)
+    with torch.no_grad():
+        assert explanation.score == pytest.approx(model(x, edge_index)[9].max().item(), rel=1e-5)
+    assert pass_sizes[-1] == x.shape[0]
+    assert_same_explanation(explanation, lrp.explain(model, x, edge_index, index=9, subgraph=False))
+
+
+def test_nothing_sticks_after_a_fallback(pass_sizes):
+    """Item 7: a fallback (here: a non-finite feature in the target's
+    neighbourhood) does not stop a reused explainer from using subgraphs."""
+    model = build("gcn")
+    x, edge_index = sparse_graph()
+    explainer = lrp_explainer(model, "multiclass_classification", "raw", "node")
+    poisoned = x.clone()
+    poisoned[9] = float("inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        explainer(poisoned, edge_index, index=10)
+    pass_sizes.clear()
+    clean = explainer(x, edge_index, index=30)
+    assert pass_sizes == [pass_sizes[0]] and pass_sizes[0] < x.shape[0]
+    assert_conserved(clean)
+
+
+# ---------------------------------------------------------------------------
+# Property: the subgraph path equals the full graph, for random models and graphs
+# ---------------------------------------------------------------------------
+LAYERS = {
+    "gcn": lambda i, o: GCNConv(i, o),
+    "sage_mean": lambda i, o: SAGEConv(i, o),
+    "sage_max": lambda i, o: SAGEConv(i, o, aggr="max"),
+    "graph": lambda i, o: GraphConv(i, o),
+    "gat": lambda i, o: GATConv(i, o, heads=2, concat=False),
+    "gin": lambda i, o: GINConv(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))),
+    "cheb": lambda i, o: ChebConv(i, o, K=2),
+    "out_degree": lambda i, o: OutDegreeConv(i, o),
+}
+TWISTS = ["none", "normalize", "mean", "per_node"]
+
+
+class Random(torch.nn.Module):
+    def __init__(self, kinds: list, twist: str, num_nodes: int):
+        super().__init__()
+        sizes = [F_IN] + [8] * (len(kinds) - 1) + [C]
+        self.convs = torch.nn.ModuleList(LAYERS[k](i, o) for k, i, o in zip(kinds, sizes[:-1], sizes[1:]))
+        self.twist = twist
+        self.per_node = torch.nn.Parameter(torch.randn(2 * num_nodes, F_IN))
+
+    def forward(self, x, edge_index):
+        if self.twist == "normalize":
+            x = F.normalize(x, dim=0)
+        elif self.twist == "mean":
+            x = x + x.mean(dim=0, keepdim=True)
+        elif self.twist == "per_node":
+            x = x + self.per_node[torch.arange(x.shape[0])]
+        for k, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if k < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(sorted(LAYERS)), min_size=1, max_size=3),
+    twist=st.sampled_from(TWISTS),
+    n=st.integers(6, 24),
+    density=st.floats(0.0, 3.0),
+    seed=st.integers(0, 2 ** 16),
+)
+def test_subgraph_equals_full_graph_or_says_it_fell_back(kinds, twist, n, density, seed):
+    torch.manual_seed(seed)
+    model = Random(kinds, twist, n).eval()
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, F_IN, generator=g)
+    edge_index = torch.randint(0, n, (2, int(density * n)), generator=g)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    target = int(torch.randint(0, n, (1,), generator=g))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        on_subgraph = lrp.explain(model, x, edge_index, index=target, strict=False)
+    fell_back = any(issubclass(w.category, lrp.explainers.SubgraphWarning) for w in caught)
+    full = lrp.explain(model, x, edge_index, index=target, subgraph=False, strict=False)
+    assert_same_explanation(on_subgraph, full, atol=1e-4)
+    if twist == "none":
+        assert not fell_back, "a local model fell back"

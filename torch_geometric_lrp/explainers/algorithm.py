@@ -1,0 +1,98 @@
+"""``lrp.LRP``: Layer-wise Relevance Propagation as a PyG ``ExplainerAlgorithm``."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.explain import Explanation
+from torch_geometric.explain.algorithm import ExplainerAlgorithm
+from torch_geometric.explain.config import ExplanationType, MaskType
+
+from ..rules import Rule
+from .core import Settings, explain_rows, explanation_of
+from .targets import check_edge_index, check_rows, check_rules, check_target, check_view, check_x
+
+__all__ = ["LRP"]
+
+
+class LRP(ExplainerAlgorithm):
+    r"""Layer-wise Relevance Propagation for PyG's :class:`~torch_geometric.explain.Explainer`.
+
+    One forward and one backward pass of the model itself per explanation
+    (the relevance pass changes nothing on it that outlives the call). For
+    node-level targets the pass runs on the targets' computation subgraph
+    where that gives the full graph's answer (see
+    :mod:`torch_geometric_lrp.explainers.subgraph`).
+
+    The returned :class:`~torch_geometric.explain.Explanation` has
+
+    * ``node_mask``: relevance of ``x`` (``attributes``: ``[N, F]``;
+      ``object``: summed over features, ``[N, 1]``; ``common_attributes``:
+      summed over nodes, ``[1, F]``);
+    * ``edge_mask``: relevance that flowed through each input edge's
+      messages, summed over layers, ``[E]``;
+    * ``edge_attr_mask``: relevance of ``edge_attr`` when the model reads it;
+    * ``self_loop_relevance``: per node, relevance through self-loops the
+      layers added (not input edges);
+    * ``score`` (the seeded score: the target's logit), ``relevance_total``
+      (relevance of the inputs), and what the pass measured on the way:
+      ``absorbed`` (biases, stabilisers, constant operands), ``lost``
+      (reached outputs equal to 0) and ``residual``
+      :math:`= \text{score} - \text{relevance\_total} - \text{absorbed} - \text{lost}`,
+      which is 0 up to float error when every op accounts for its relevance.
+
+    Parameters
+    ----------
+    rules : Rule or dict, optional
+        One rule for every layer, or a composite
+        ``{module type or qualified name (glob): Rule}`` over the default one.
+    mask : {'signed', 'abs', 'positive'}
+        How relevance appears in the masks. Relevance is signed (negative:
+        evidence against the target); ``'abs'`` and ``'positive'`` are views
+        for PyG's thresholds and visualisers, which read larger as more important.
+    strict : bool
+        Raise on ops without a relevance rule (default) instead of only
+        counting them.
+    subgraph : bool
+        Explain node-level targets on their computation subgraph (default)
+        where it proves itself, else on the full graph with a
+        :class:`~torch_geometric_lrp.explainers.SubgraphWarning`. ``False``
+        always uses the full graph.
+    """
+
+    def __init__(self, rules: Union[None, Rule, dict] = None, mask: str = "signed", strict: bool = True,
+                 subgraph: bool = True):
+        super().__init__()
+        check_view(mask)
+        check_rules(rules)
+        self.rules = rules
+        self.mask = mask
+        self.strict = strict
+        self.subgraph = subgraph
+
+    def forward(self, model: torch.nn.Module, x: Tensor, edge_index: Tensor, *, target: Optional[Tensor],
+                index: Optional[Union[int, Tensor]] = None, **kwargs) -> Explanation:
+        config, explainer = self.model_config, self.explainer_config
+        check_x(x)
+        check_edge_index(edge_index, explainer.edge_mask_type)
+        rows = check_rows(index, None)
+        phenomenon = explainer.explanation_type == ExplanationType.phenomenon
+        target = check_target(target, config.mode, phenomenon)
+        settings = Settings(task_level=config.task_level, mode=config.mode, return_type=config.return_type,
+                            rules=self.rules, strict=self.strict, subgraph=self.subgraph,
+                            track_edges=explainer.edge_mask_type is not None, phenomenon=phenomenon)
+        result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
+        return explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
+                              (result.absorbed, result.lost), explainer.node_mask_type,
+                              explainer.edge_mask_type, self.mask)
+
+    def supports(self) -> bool:
+        node_mask_type = self.explainer_config.node_mask_type
+        edge_mask_type = self.explainer_config.edge_mask_type
+        if edge_mask_type not in (None, MaskType.object):
+            raise ValueError(f"edge_mask_type: must be 'object' or None, got '{edge_mask_type.value}' "
+                             f"(edge relevance is one value per edge).")
+        if node_mask_type not in (None, MaskType.attributes, MaskType.object, MaskType.common_attributes):
+            raise ValueError(f"node_mask_type: unsupported value '{node_mask_type}'.")
+        return True

@@ -1,0 +1,313 @@
+r"""One way to explain: the pass, the cut, the check, the ``Explanation``.
+
+:func:`explain_rows` serves :class:`~torch_geometric_lrp.LRP`,
+:func:`~torch_geometric_lrp.explain` and (per batch)
+:func:`~torch_geometric_lrp.explain_nodes`. It runs one relevance pass
+(:class:`Pass`) on the user's model: on the targets' computation subgraph
+(:mod:`.subgraph`) for node-level targets, else on the whole input.
+
+A pass on the subgraph is used only when it proves itself: the targets'
+outputs are the same with unrelated nodes present, and no relevance reached
+the nodes that are there for the degrees only. Otherwise the full graph is
+explained and a :class:`SubgraphWarning` says why.
+
+Accounting, all measured (:class:`~torch_geometric_lrp.RelevanceAudit`):
+
+.. math::
+
+    \text{score} = \sum R_{seed}, \qquad
+    \text{residual} = \text{score} - \text{relevance\_total} - \text{absorbed} - \text{lost},
+
+where ``relevance_total`` is the relevance of the inputs (``x`` and
+``edge_attr``), ``absorbed`` what biases, stabilisers and constant operands
+reported keeping and ``lost`` what reached outputs equal to 0. A residual
+far from 0 is relevance that an op changed without reporting it.
+"""
+from __future__ import annotations
+
+import warnings
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.explain import Explanation
+from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType, ModelTaskLevel
+
+from ..audit import RelevanceAudit
+from .edges import EdgeRelevance
+from ..mode import relevance_pass, unwrap
+from .subgraph import Cut, count_hops, cut, message_flow, reaches_ring, slice_inputs, with_context
+from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
+                      seed_of)
+
+__all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut",
+           "explanation_of"]
+
+
+class SubgraphWarning(UserWarning):
+    """A node-level explanation fell back from the targets' computation
+    subgraph to the full graph."""
+
+
+@dataclass
+class Settings:
+    """How to explain: what is known of the task, and the pass options."""
+
+    task_level: Optional[ModelTaskLevel] = None
+    mode: Optional[ModelMode] = None
+    return_type: Optional[ModelReturnType] = None
+    rules: object = None
+    strict: bool = True
+    subgraph: bool = True
+    track_edges: bool = True
+    phenomenon: bool = True  # a target given by the user (not the prediction)
+
+
+@dataclass
+class Relevance:
+    """The outcome of one relevance pass, placed on the input graph (or, for
+    a batch of cuts, on the batch)."""
+
+    output: Tensor                # model output at the explained rows
+    seed: Tensor                  # the seed, shaped like the output of the pass
+    target: Tensor                # per explained row: class, labels or value
+    node: Tensor                  # relevance of x
+    edge: Optional[Tensor]        # per input edge
+    self_loops: Optional[Tensor]  # per node: messages of self-loops the layers added
+    edge_attr: Optional[Tensor]   # relevance of edge_attr
+    lost: float
+    absorbed: float
+    task_level: ModelTaskLevel
+    mode: ModelMode
+    return_type: ModelReturnType
+
+    @property
+    def score(self) -> float:
+        return self.seed.sum(dtype=torch.float64).item()
+
+
+def _usable(value):
+    """Tensors made under ``torch.inference_mode()`` cannot be saved for a
+    backward: a normal copy of those (others as they are)."""
+    if isinstance(value, Tensor) and value.is_inference():
+        with torch.inference_mode(False):
+            return value.clone()
+    return value
+
+
+class Pass:
+    """One relevance pass of the user's ``model`` (a context manager):
+    :meth:`forward` with the explained inputs watched, then :meth:`relevance`
+    for a seed. :meth:`plain` runs a forward without relevance in between."""
+
+    def __init__(self, model: torch.nn.Module, settings: Settings):
+        self.model = model
+        self.settings = settings
+        self._stack = ExitStack()
+        self._edges: Optional[EdgeRelevance] = None
+
+    def __enter__(self) -> "Pass":
+        # the one place that opens a relevance pass on the user's model
+        self.mode = self._stack.enter_context(
+            relevance_pass(self.model, rules=self.settings.rules, strict=self.settings.strict))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def _call(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
+        out = unwrap(self.model)(x, edge_index, **kwargs)
+        if not isinstance(out, Tensor):
+            raise TypeError(f"model: an explained model must return one tensor, got {type(out).__name__}.")
+        return out
+
+    def plain(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
+        """The model's output, no relevance recorded."""
+        with torch.no_grad():
+            return self._call(_usable(x), _usable(edge_index), {k: _usable(v) for k, v in kwargs.items()})
+
+    def forward(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
+        """The forward whose relevance :meth:`relevance` gives; the inputs
+        ``x`` and ``edge_attr`` (when floating) carry relevance."""
+        kwargs = {k: _usable(v) for k, v in kwargs.items()}
+        edge_index = _usable(edge_index)
+        self.x = self.mode.watch(x)
+        self.edge_attr = kwargs.get("edge_attr")
+        if isinstance(self.edge_attr, Tensor) and self.edge_attr.is_floating_point():
+            self.edge_attr = kwargs["edge_attr"] = self.mode.watch(self.edge_attr)
+        else:
+            self.edge_attr = None
+        if self.settings.track_edges and not is_sparse(edge_index):
+            self._edges = self._stack.enter_context(EdgeRelevance(self.model, edge_index, x.shape[0]))
+        self.out = self._call(self.x, edge_index, kwargs)
+        self.logits = self.mode.logits_of(self.out)
+        return self.out
+
+    def relevance(self, seed: Tensor) -> tuple[Tensor, Optional[Tensor], float, float]:
+        """Relevance of ``x`` and ``edge_attr`` for ``seed`` on the output,
+        and what was lost and absorbed on the way."""
+        with RelevanceAudit() as audit:
+            node, edge_attr = self.mode.backward(self.out, seed, [self.x, self.edge_attr])
+        return node, edge_attr, audit.lost, audit.absorbed
+
+    @property
+    def edge(self) -> Optional[Tensor]:
+        return None if self._edges is None else self._edges.edge.to(self.x.dtype)
+
+    @property
+    def self_loops(self) -> Optional[Tensor]:
+        return None if self._edges is None else self._edges.self_loops.to(self.x.dtype)
+
+
+def _resolve(p: Pass, settings: Settings, num_nodes: int, edge_index, kwargs: dict
+             ) -> tuple[ModelTaskLevel, ModelMode, ModelReturnType]:
+    """Task level, mode and return type: as given, else read off the pass's output."""
+    activated = p.logits is not p.out
+    out = p.out.detach()
+    level = settings.task_level or infer_task_level(out, num_nodes, edge_index, kwargs)
+    mode = settings.mode or infer_mode(out, activated)
+    return_type = settings.return_type or infer_return_type(out, mode, activated)
+    return level, mode, return_type
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    finite = a[torch.isfinite(a)]
+    scale = finite.abs().max().item() if finite.numel() else 1.0
+    return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5 * (1.0 + scale), equal_nan=True)
+
+
+def _fall_back(model: torch.nn.Module, reason: str) -> None:
+    warnings.warn(f"LRP: the computation subgraph of the targets does not explain {type(model).__name__}: "
+                  f"{reason}. Explaining on the full graph instead.", SubgraphWarning, stacklevel=4)
+
+
+def _spread(values: Optional[Tensor], positions: Tensor, size: int) -> Optional[Tensor]:
+    if values is None:
+        return None
+    full = values.new_zeros((size, *values.shape[1:]))
+    full[positions] = values
+    return full
+
+
+def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
+                 target: Optional[Tensor], settings: Settings) -> Relevance:
+    """Relevance of the outputs ``rows`` of ``model(x, edge_index, **kwargs)``
+    (all rows for ``None``), for ``target`` (default: the prediction), placed
+    on the input graph. Node-level rows are explained on their computation
+    subgraph where that proves itself."""
+    n = x.shape[0]
+    if settings.subgraph and rows is not None and not is_sparse(edge_index) \
+            and settings.task_level in (None, ModelTaskLevel.node) and "edge_label_index" not in kwargs \
+            and (not rows.numel() or int(rows.max()) < n):
+        e = edge_index.shape[1]
+        c = cut(rows, count_hops(model), edge_index, n, message_flow(model))
+        if c.num_nodes < n and not slice_inputs(kwargs, c, n, e)[1]:
+            result = on_cut(model, x, edge_index, kwargs, c, rows, target, settings)
+            if result is not None:
+                return replace(result, node=_spread(result.node, c.nodes, n), edge=_spread(result.edge, c.edge_id, e),
+                               self_loops=_spread(result.self_loops, c.nodes, n),
+                               edge_attr=_spread(result.edge_attr, c.edge_id, e))
+    return on_graph(model, x, edge_index, kwargs, rows, target, settings)
+
+
+def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
+             target: Optional[Tensor], settings: Settings) -> Relevance:
+    """The pass on the whole input."""
+    with Pass(model, settings) as p:
+        out = p.forward(x, edge_index, kwargs)
+        level, mode, return_type = _resolve(p, settings, x.shape[0], edge_index, kwargs)
+        if rows is None:
+            rows = torch.arange(out.shape[0], device=out.device)
+        elif rows.numel() and int(rows.max()) >= out.shape[0]:
+            raise ValueError(f"index: row {int(rows.max())} is out of range for an output of "
+                             f"{out.shape[0]} rows.")
+        target = check_target(target, mode, settings.phenomenon)
+        seed, target = seed_of(p.logits, rows, rows, out.shape[0], target, mode)
+        node, edge_attr, lost, absorbed = p.relevance(seed)
+        return Relevance(output=out.detach()[rows], seed=seed, target=target, node=node, edge=p.edge,
+                         self_loops=p.self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
+                         task_level=level, mode=mode, return_type=return_type)
+
+
+def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
+           target: Optional[Tensor], settings: Settings) -> Optional[Relevance]:
+    """The pass on the cut ``c`` (whose targets ``c.index`` are the input's
+    nodes ``rows``), with relevance on the cut's nodes and edges; ``None``
+    where the model is not node-level, or (with a :class:`SubgraphWarning`)
+    where the cut does not prove itself."""
+    n, e = x.shape[0], edge_index.shape[1]
+    context = with_context(c, n)
+    with Pass(model, settings) as p:
+        try:
+            check = p.plain(x[context.nodes], context.edge_index, slice_inputs(kwargs, context, n, e)[0])
+        except Exception as error:  # the model cannot run on the check's input: no proof
+            check = error
+        inputs = slice_inputs(kwargs, c, n, e)[0]
+        out = p.forward(x[c.nodes], c.edge_index, inputs)
+        if out.shape[0] != c.num_nodes:
+            if settings.task_level is None:
+                return None  # not node-level
+            raise ValueError(f"task_level: node-level explanations need one output row per node; the model gave "
+                             f"{out.shape[0]} rows for {c.num_nodes} nodes.")
+        level, mode, return_type = _resolve(p, settings, c.num_nodes, c.edge_index, inputs)
+        if level != ModelTaskLevel.node:
+            return None
+        target = check_target(target, mode, settings.phenomenon)
+        seed, target = seed_of(p.logits, c.index, rows, n, target, mode)
+        if isinstance(check, Exception):
+            _fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
+            return None
+        if not _same(out.detach()[c.index], check[context.index]):
+            _fall_back(model, "the targets' outputs change when unrelated nodes are present, so the model reads "
+                              "the graph as a whole (a statistic over all nodes, node positions or the number "
+                              "of nodes)")
+            return None
+        node, edge_attr, lost, absorbed = p.relevance(seed)
+        edge, self_loops = p.edge, p.self_loops
+    if reaches_ring(c, node, edge, edge_attr, self_loops):
+        _fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
+                          "applied more often than it appears, or a pooling fed back to the nodes)")
+        return None
+    return Relevance(output=out.detach()[c.index], seed=seed, target=target, node=node, edge=edge,
+                     self_loops=self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
+                     task_level=level, mode=mode, return_type=return_type)
+
+
+def _node_mask(relevance: Tensor, mask_type: Optional[MaskType]) -> Optional[Tensor]:
+    if mask_type is None:
+        return None
+    if mask_type == MaskType.attributes:
+        return relevance
+    if mask_type == MaskType.object:
+        return relevance.sum(dim=-1, keepdim=True)
+    return relevance.sum(dim=0, keepdim=True)  # common_attributes
+
+
+def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Tensor], edge_attr: Optional[Tensor],
+                   score: float, accounting: Optional[tuple[float, float]], node_mask_type: Optional[MaskType],
+                   edge_mask_type: Optional[MaskType], view: str) -> Explanation:
+    """An ``Explanation`` with masks built from relevance, and its accounting:
+    ``score``, ``relevance_total`` and, where ``accounting = (absorbed, lost)``
+    was measured for it, ``absorbed``, ``lost`` and ``residual`` (else
+    ``unassigned = score - relevance_total``)."""
+    show = MASK_VIEWS[view]
+    node_mask = _node_mask(node, node_mask_type)
+    explanation = Explanation(
+        node_mask=None if node_mask is None else show(node_mask).detach(),
+        edge_mask=None if edge_mask_type is None or edge is None else show(edge).detach(),
+    )
+    if edge_attr is not None:
+        explanation.edge_attr_mask = show(edge_attr).detach()
+    if self_loops is not None:
+        explanation.self_loop_relevance = self_loops.detach()
+    total = node.sum(dtype=torch.float64) + (0.0 if edge_attr is None else edge_attr.sum(dtype=torch.float64))
+    explanation.score = score
+    explanation.relevance_total = float(total)
+    if accounting is None:
+        explanation.unassigned = score - explanation.relevance_total
+    else:
+        explanation.absorbed, explanation.lost = accounting
+        explanation.residual = score - explanation.relevance_total - explanation.absorbed - explanation.lost
+    return explanation

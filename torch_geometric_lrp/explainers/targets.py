@@ -1,0 +1,244 @@
+r"""What is explained: arguments checked before any work, the task read off
+the model's output, and the relevance seeded on it.
+
+The seed is the target's score, taken from the logits :math:`z` (the input of
+a final softmax / log-softmax / sigmoid, else the output itself), at the
+explained rows :math:`r` and zero elsewhere:
+
+* multiclass, class :math:`c_r`: :math:`R_{r, c_r} = z_{r, c_r}`;
+* binary (one or several labels :math:`k`, target :math:`t_{rk} \in \{0, 1\}`):
+  :math:`R_{rk} = (2 t_{rk} - 1)\, z_{rk}`, the evidence for the target label;
+* regression: :math:`R_r = z_r`, the output itself.
+
+The score is :math:`\sum R`. Without a target, the model's prediction is
+explained (the argmax, or :math:`z > 0` per label).
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.explain.config import ModelMode, ModelReturnType, ModelTaskLevel
+
+from ..rules import Rule
+
+__all__ = ["MASK_VIEWS", "check_x", "check_edge_index", "is_sparse", "check_rows", "check_rules", "check_view",
+           "check_batch_size", "check_target", "infer_task_level", "infer_mode", "infer_return_type", "seed_of"]
+
+#: How the signed relevance is shown in the masks.
+MASK_VIEWS = {
+    "signed": lambda r: r,
+    "abs": lambda r: r.abs(),
+    "positive": lambda r: r.clamp(min=0),
+}
+
+
+def check_x(x) -> None:
+    if isinstance(x, dict):
+        raise ValueError("x: heterogeneous graphs (dict inputs) are not supported yet.")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x: expected the node features as a tensor, got {type(x).__name__}.")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"x: relevance is carried by floating-point node features, got dtype {x.dtype}. Pass x.float() "
+            f"(for categorical features held as integers, explain the float embeddings: move the "
+            f"embedding lookup out of the model's forward)."
+        )
+
+
+def is_sparse(edge_index) -> bool:
+    """A ``torch_sparse.SparseTensor`` or a torch sparse tensor."""
+    return not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided
+
+
+def check_edge_index(edge_index, edge_mask_type) -> None:
+    """``[2, E]`` integers, or a sparse adjacency without an edge mask."""
+    if isinstance(edge_index, dict):
+        raise ValueError("edge_index: heterogeneous graphs (dict inputs) are not supported yet.")
+    if is_sparse(edge_index):
+        if edge_mask_type is not None:
+            raise ValueError(
+                f"edge_mask_type: an edge mask needs edge_index as a [2, E] tensor; this adjacency is a "
+                f"{type(edge_index).__name__} (layout {getattr(edge_index, 'layout', 'SparseTensor')}). Pass "
+                f"edge_mask_type=None for node relevance only, or pass the edges as edge_index "
+                f"(torch_geometric.utils.to_edge_index(adj)) to get one relevance value per edge."
+            )
+        return
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.is_floating_point():
+        raise ValueError(f"edge_index: expected integers of shape [2, E], got {edge_index.dtype} of shape "
+                         f"{tuple(edge_index.shape)}.")
+
+
+def check_rows(index, num_rows: Optional[int], name: str = "index") -> Optional[Tensor]:
+    """``index`` as a 1-D tensor of row positions (``None`` stays ``None``):
+    an int is one row, a boolean mask selects its ``True`` rows (and must
+    have ``num_rows`` entries when that is known). Negative positions are
+    refused (they would silently mean rows counted from the end)."""
+    if index is None:
+        return None
+    if isinstance(index, bool) or (isinstance(index, Tensor) and index.dtype == torch.bool and index.dim() == 0):
+        raise TypeError(f"{name}: expected row positions or a boolean mask over the rows, got a single bool.")
+    index = torch.as_tensor(index)
+    if index.dtype == torch.bool:
+        if index.dim() != 1 or (num_rows is not None and index.numel() != num_rows):
+            raise ValueError(f"{name}: a boolean mask needs one entry per row ({num_rows}), got shape "
+                             f"{tuple(index.shape)}.")
+        return index.nonzero().view(-1)
+    if index.is_floating_point() or index.is_complex():
+        raise TypeError(f"{name}: expected integer row positions or a boolean mask, got {index.dtype}.")
+    index = index.long().view(-1)
+    if index.numel() and int(index.min()) < 0:
+        raise ValueError(f"{name}: row positions must be >= 0, got {int(index.min())}.")
+    if num_rows is not None and index.numel() and int(index.max()) >= num_rows:
+        raise ValueError(f"{name}: row {int(index.max())} is out of range for {num_rows} rows.")
+    return index
+
+
+def check_rules(rules) -> None:
+    if rules is None or isinstance(rules, Rule):
+        return
+    if not isinstance(rules, dict):
+        raise TypeError(f"rules: expected a Rule or a dict {{module type or qualified name: Rule}}, got "
+                        f"{type(rules).__name__}.")
+    for key, value in rules.items():
+        if not isinstance(key, (str, type)):
+            raise TypeError(f"rules: keys must be module types or qualified names (glob allowed), got {key!r}.")
+        if not isinstance(value, Rule):
+            raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r} "
+                            f"for {key!r}.")
+
+
+def check_view(mask: str) -> None:
+    if mask not in MASK_VIEWS:
+        raise ValueError(f"mask: must be one of {list(MASK_VIEWS)}, got {mask!r}.")
+
+
+def check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive int (targets per pass), got {batch_size!r}.")
+
+
+def check_target(target, mode: Optional[ModelMode], phenomenon: bool = True) -> Optional[Tensor]:
+    """What can be told about ``target`` before the forward: its kind for
+    the mode. Returns it as a tensor."""
+    if target is None:
+        return None
+    target = torch.as_tensor(target)
+    if mode == ModelMode.regression and phenomenon:
+        raise ValueError(
+            "target: a regression model's output is explained as it is (its value is the score); a target "
+            "value would not change what LRP explains. Pass target=None."
+        )
+    if mode == ModelMode.multiclass_classification and (target.is_floating_point() or target.dtype == torch.bool):
+        raise TypeError(
+            f"target: a multiclass model's target holds class indices, got {target.dtype}. Pass "
+            f"target.long() if these are class indices."
+        )
+    if mode == ModelMode.binary_classification and target.numel() and \
+            not bool(((target == 0) | (target == 1)).all()):
+        raise ValueError("target: a binary model's target holds 0 or 1 per label, got other values.")
+    return target
+
+
+def infer_task_level(out: Tensor, num_nodes: int, edge_index, kwargs: dict) -> ModelTaskLevel:
+    """``node``, ``edge`` or ``graph`` from the shape of the model's output."""
+    batch = kwargs.get("batch")
+    label_index = kwargs.get("edge_label_index")
+    # edge_label_index first: with as many label pairs as nodes, the node
+    # check below would call a link predictor node-level.
+    if isinstance(label_index, Tensor) and label_index.dim() == 2 and out.shape[0] == label_index.shape[1]:
+        return ModelTaskLevel.edge
+    if out.shape[0] == num_nodes:
+        return ModelTaskLevel.node
+    if isinstance(batch, Tensor) and batch.numel() and out.shape[0] == int(batch.max()) + 1:
+        return ModelTaskLevel.graph
+    if isinstance(edge_index, Tensor) and edge_index.dim() == 2 and out.shape[0] == edge_index.shape[1]:
+        return ModelTaskLevel.edge
+    if out.shape[0] == 1:
+        return ModelTaskLevel.graph
+    raise ValueError(f"task_level: cannot tell it from an output of shape {tuple(out.shape)} for {num_nodes} "
+                     f"nodes; pass task_level='node', 'edge' or 'graph'.")
+
+
+def _rows_sum_to_one(out: Tensor) -> bool:
+    flat = out.reshape(out.shape[0], -1)
+    return flat.shape[1] > 1 and bool((flat >= 0).all()) and torch.allclose(
+        flat.sum(-1), torch.ones((), dtype=flat.dtype), atol=1e-4)
+
+
+def _is_log_probs(out: Tensor) -> bool:
+    flat = out.reshape(out.shape[0], -1)
+    return flat.shape[1] > 1 and bool((flat <= 0).all()) and torch.allclose(
+        flat.logsumexp(-1), torch.zeros((), dtype=flat.dtype), atol=1e-4)
+
+
+def infer_mode(out: Tensor, activated: bool) -> ModelMode:
+    """Multiclass for a final softmax / log-softmax, binary for a final
+    sigmoid (one label or several), multiclass for several raw outputs per
+    row; a single raw output per row has to be named."""
+    columns = out.reshape(out.shape[0], -1).shape[1] if out.dim() else 1
+    if activated:
+        if _rows_sum_to_one(out) or _is_log_probs(out):
+            return ModelMode.multiclass_classification
+        return ModelMode.binary_classification
+    if columns > 1:
+        return ModelMode.multiclass_classification
+    raise ValueError(
+        f"mode: the model has one raw output per row (shape {tuple(out.shape)}), which can be binary "
+        f"classification or regression; pass mode='binary_classification' or mode='regression'."
+    )
+
+
+def infer_return_type(out: Tensor, mode: ModelMode, activated: bool) -> ModelReturnType:
+    """``raw`` without a final activation, else ``log_probs`` or ``probs``."""
+    if not activated or mode == ModelMode.regression:
+        return ModelReturnType.raw
+    if mode == ModelMode.multiclass_classification and _is_log_probs(out):
+        return ModelReturnType.log_probs
+    return ModelReturnType.probs
+
+
+def _per_row(target: Tensor, rows: Tensor, num_rows: int, width: int) -> Tensor:
+    """``target`` for the explained ``rows``: it holds one entry (or one per
+    label, ``width``, possibly flattened) per output row or per explained row."""
+    target = target.to(rows.device)
+    for size, pick in ((num_rows, True), (rows.numel(), False)):
+        if tuple(target.shape) in ((size,), (size, 1)) if width == 1 else \
+                tuple(target.shape) == (size, width) or (target.dim() == 1 and target.numel() == size * width):
+            target = target.reshape(size, width)
+            return target[rows] if pick else target
+    raise ValueError(
+        f"target: expected one entry per output row ({num_rows}) or per explained row ({rows.numel()})"
+        + (f", times {width} labels" if width > 1 else "") + f"; got shape {tuple(target.shape)}."
+    )
+
+
+def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: int, target: Optional[Tensor],
+            mode: ModelMode) -> tuple[Tensor, Tensor]:
+    """The seed on an output with ``logits``, at its rows ``place``, for
+    the explained rows ``rows`` of an output of ``num_rows`` rows (the full
+    graph's; ``place`` differs from ``rows`` on a cut). Returns the seed
+    (shaped like ``logits``) and the target of each explained row."""
+    logits = logits.detach()
+    flat = logits.reshape(logits.shape[0], -1)
+    seed = torch.zeros_like(flat)
+    z = flat[place]
+    if mode == ModelMode.regression:
+        seed[place] = z
+        return seed.view_as(logits), z.view(rows.numel(), *logits.shape[1:])
+    width = flat.shape[1]
+    if mode == ModelMode.multiclass_classification:
+        if target is None:
+            target = z.argmax(dim=-1)
+        else:
+            target = _per_row(target, rows, num_rows, 1).view(-1).long()
+            bad = (target < 0) | (target >= width)
+            if bool(bad.any()):
+                raise ValueError(f"target: class {int(target[bad][0])} is out of range for a model with "
+                                 f"{width} classes (0 .. {width - 1}).")
+        seed[place, target] = z.gather(1, target.view(-1, 1)).view(-1)
+        return seed.view_as(logits), target
+    target = (z > 0).long() if target is None else _per_row(target, rows, num_rows, width).view(-1, width).long()
+    seed[place] = torch.where(target == 1, z, -z)
+    return seed.view_as(logits), target.view(-1) if width == 1 else target
