@@ -15,7 +15,7 @@ from torch_geometric.nn import (
 
 import torch_geometric_lrp as lrp
 from torch_geometric_lrp import rules as R
-from torch_geometric_lrp.convert import DEFAULT_LOWER, DEFAULT_UPPER, resolve_rules
+from torch_geometric_lrp.convert import DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_UPPER, resolve_rules
 
 LRP0 = {torch.nn.Module: R.Epsilon(0.0)}
 
@@ -259,8 +259,8 @@ def test_op_without_rule_is_reported_by_name():
 def test_default_composite_and_overrides():
     model, _ = node_model(GCN3, True)
     resolved = resolve_rules(model)
-    assert resolved["conv1"] == DEFAULT_LOWER and resolved["conv1.lin"] == DEFAULT_LOWER
-    assert resolved["conv2"] == DEFAULT_LOWER
+    assert resolved["conv1"] == DEFAULT_INPUT and resolved["conv1.lin"] == DEFAULT_INPUT
+    assert resolved["conv2"] == DEFAULT_LOWER and resolved["conv2.lin"] == DEFAULT_LOWER
     assert resolved["conv3"] == DEFAULT_UPPER and resolved["conv3.lin"] == DEFAULT_UPPER
     custom = resolve_rules(model, {GCNConv: R.ZPlus(), "conv3*": R.Epsilon(0.5)})
     assert custom["conv1.lin"] == R.ZPlus()

@@ -260,3 +260,22 @@ def test_model_is_left_as_it_was():
     assert hooks == [len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()]
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k])
+
+
+def test_gamma_formula_through_pyg_explainer():
+    """The same formula end to end: PyG's Explainer with
+    lrp.LRP(rules=Gamma(0.25, epsilon=1e-9)) (node and edge masks)."""
+    from torch_geometric.explain import Explainer
+
+    x, edge_index = _graph()
+    model = _model()
+    explainer = Explainer(model, algorithm=lrp.LRP(rules=Gamma(0.25, epsilon=1e-9)), explanation_type="phenomenon",
+                          node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    target = torch.full((x.shape[0],), 1, dtype=torch.long)
+    explanation = explainer(x, edge_index, target=target, index=2)
+    seed = torch.zeros(x.shape[0], 3, dtype=DTYPE)
+    seed[2, 1] = model(x, edge_index)[2, 1].detach()
+    ref_node, ref_edge = _gamma_reference(model, x, edge_index, seed, 0.25, 1e-9)
+    torch.testing.assert_close(explanation.node_mask, ref_node, rtol=1e-6, atol=1e-10)
+    torch.testing.assert_close(explanation.edge_mask, ref_edge, rtol=1e-6, atol=1e-10)
