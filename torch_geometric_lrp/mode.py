@@ -713,6 +713,18 @@ class RelevanceMode(TorchFunctionMode):
             return out
         return logits.reshape(out.shape)
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Torch ops run as they are (no routing) while inside, for a plain
+        forward of the prepared model in the middle of a pass. The model
+        stays prepared (eval mode, attention layers, no caches)."""
+        # TorchFunctionMode has no public pause: _pop_mode_temporarily is what
+        # torch itself uses to run a mode's own __torch_function__.
+        with torch.overrides._pop_mode_temporarily() as popped:
+            if popped is not self:
+                raise RuntimeError("RelevanceMode.paused: this mode is not the innermost torch function mode.")
+            yield
+
     def watch(self, t: Optional[Tensor]) -> Optional[Tensor]:
         """A copy of input ``t`` that carries relevance (``None`` and
         non-floating tensors are returned as they are). Works under

@@ -125,7 +125,7 @@ class Pass:
 
     def plain(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
         """The model's output, no relevance recorded."""
-        with torch.no_grad():
+        with torch.no_grad(), self.mode.paused():
             return self._call(_usable(x), _usable(edge_index), {k: _usable(v) for k, v in kwargs.items()})
 
     def forward(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
