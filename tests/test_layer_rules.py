@@ -279,3 +279,11 @@ def test_gamma_formula_through_pyg_explainer():
     ref_node, ref_edge = _gamma_reference(model, x, edge_index, seed, 0.25, 1e-9)
     torch.testing.assert_close(explanation.node_mask, ref_node, rtol=1e-6, atol=1e-10)
     torch.testing.assert_close(explanation.edge_mask, ref_edge, rtol=1e-6, atol=1e-10)
+
+
+def test_non_finite_input_the_output_depends_on_is_named():
+    x, edge_index = _graph()
+    x[2, 0] = float("inf")
+    model = _model()
+    with pytest.warns(RuntimeWarning, match=r"non-finite.*An explained input holds it; the first op .*'linear'"):
+        _relevance(model, x, edge_index, _target_seed(2, 1), Gamma(0.25))

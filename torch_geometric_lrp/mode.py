@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextvars
 import sys
+import warnings
 import threading
 import weakref
 from collections import Counter
@@ -539,6 +540,10 @@ class RelevanceMode(TorchFunctionMode):
         # that consumes it continues the map
         self._maps = WeakIdKeyDictionary()
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
+        # the first op whose output (carrying relevance) is not finite;
+        # tracked op by op only once a watched input is not finite (no cost otherwise)
+        self._track_nonfinite = False
+        self.first_nonfinite: Optional[str] = None
 
     # -- rules of the running modules ------------------------------------------------------
     def enter(self, module: torch.nn.Module, *args) -> None:
@@ -732,7 +737,10 @@ class RelevanceMode(TorchFunctionMode):
         if not isinstance(t, Tensor) or not t.is_floating_point():
             return t
         with torch.inference_mode(False), torch.enable_grad():
-            return t.detach().clone().requires_grad_()
+            watched = t.detach().clone().requires_grad_()
+        if not self._track_nonfinite and not bool(torch.isfinite(t).all()):
+            self._track_nonfinite = True
+        return watched
 
     def backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]]) -> list[Optional[Tensor]]:
         """Seed ``out`` with relevance ``seed`` and return the relevance of each
@@ -748,6 +756,16 @@ class RelevanceMode(TorchFunctionMode):
                 extra = [maps.anchor(out.device)]
                 grads = torch.autograd.grad(out, wanted + extra, seed, allow_unused=True)[:len(wanted)]
         found = {id(t): g for t, g in zip(wanted, grads)}
+        if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
+            if not self._track_nonfinite:
+                where = (" The inputs are finite: a value overflowed (or a 0/0, log of a negative, ...) "
+                         "inside the forward.")
+            else:
+                where = " An explained input holds it" + (
+                    f"; the first op that passed it on is {self.first_nonfinite}." if self.first_nonfinite else ".")
+            warnings.warn(f"LRP: the explained output depends on a non-finite value (inf or NaN), so its "
+                          f"relevance is not finite.{where} Values the output does not depend on do not "
+                          f"matter.", RuntimeWarning, stacklevel=2)
         result = []
         for t in inputs:
             if not isinstance(t, Tensor):
@@ -784,7 +802,13 @@ class RelevanceMode(TorchFunctionMode):
         return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        out = self._route(func, args, kwargs or {})
+        if self._track_nonfinite and isinstance(out, Tensor) and out.is_floating_point() and \
+                self.first_nonfinite is None and _carries(out) and not bool(torch.isfinite(out).all()):
+            self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"
+        return out
+
+    def _route(self, func, args, kwargs):
         found = _scan(args)
         if found != 2 and kwargs:
             found = max(found, _scan(kwargs.values()))

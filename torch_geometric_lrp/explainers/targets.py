@@ -173,6 +173,12 @@ def _is_log_probs(out: Tensor) -> bool:
         flat.logsumexp(-1), torch.zeros((), dtype=flat.dtype), atol=1e-4)
 
 
+def _width(out: Tensor) -> str:
+    """The output's shape without its number of rows (which may be a
+    subgraph's, not the user's graph's)."""
+    return f"shape [rows, {', '.join(str(s) for s in out.shape[1:])}]" if out.dim() > 1 else "a vector"
+
+
 def infer_mode(out: Tensor, activated: bool) -> ModelMode:
     """Multiclass for a final softmax / log-softmax, binary for a final
     sigmoid (one label or several), multiclass for several raw outputs per
@@ -185,7 +191,7 @@ def infer_mode(out: Tensor, activated: bool) -> ModelMode:
     if columns > 1:
         return ModelMode.multiclass_classification
     raise ValueError(
-        f"mode: the model has one raw output per row (shape {tuple(out.shape)}), which can be binary "
+        f"mode: the model has one raw output per row ({_width(out)}), which can be binary "
         f"classification or regression; pass mode='binary_classification' or mode='regression'."
     )
 

@@ -93,9 +93,9 @@ class TransformerConv(pyg_nn.TransformerConv):
     the aggregated messages in proportion to their contributions."""
 
     def forward(self, x, edge_index, edge_attr: OptTensor = None, return_attention_weights=None):
-        # Fix: the gate used to carry relevance, which made ``1 - beta`` an add
-        # with the constant 1 that absorbed (or created) relevance, breaking
-        # conservation. Inside a pass, lin_beta now sees detached inputs.
+        # The gate is a constant: if it carried relevance, ``1 - beta`` would be
+        # an add with the constant 1 that absorbs (or creates) relevance.
+        # Inside a pass, lin_beta sees detached inputs.
         if self.lin_beta is None or not is_active():
             return super().forward(x, edge_index, edge_attr, return_attention_weights)
         handle = self.lin_beta.register_forward_pre_hook(_detach_inputs)
