@@ -244,7 +244,7 @@ BAD = [
     (dict(batch_size=2.5), ValueError, "batch_size: expected a positive int"),
     (dict(mask="bogus"), ValueError, "mask: must be one of"),
     (dict(rules={"conv1": "epsilon"}), TypeError, "rules: values must be rules"),
-    (dict(rules=[1]), TypeError, "rules: expected a Rule or a dict"),
+    (dict(rules=[1]), TypeError, "rules: expected a rule"),
     (dict(mode="multiclass"), ValueError, "mode: must be one of"),
     (dict(num_hops=-1), ValueError, "num_hops: expected an int >= 0"),
 ]

@@ -909,17 +909,9 @@ class FrozenTransformerConv(pyg_nn.TransformerConv):
         return value_j * alpha.view(-1, self.heads, 1)
 
 
-def _inherit_call_types(cls: type) -> type:
-    """PyG reads a layer's ``propagate`` / ``edge_updater`` argument types
-    from its source; give the frozen subclasses their parent's."""
-    from torch_geometric.inspector import Inspector
-    parent = Inspector(cls.__bases__[0])
-    for func in ("propagate", "edge_updater"):
-        params = parent.get_params_from_method_call(func, exclude=[0, "edge_index", "size"])
-        if params:
-            setattr(cls, f"{func}_type", {name: p.type for name, p in params.items()})
-    return cls
-
+# PyG reads a layer's propagate / edge_updater argument types from its
+# source; the frozen subclasses take their parent's (the library's helper).
+from torch_geometric_lrp.nn.conv import _inherit_call_types  # noqa: E402
 
 for _cls in (FrozenGATConv, FrozenGATv2Conv, FrozenTransformerConv):
     _inherit_call_types(_cls)

@@ -25,7 +25,7 @@ from . import nn as lrp_nn
 from .mode import unwrap
 from .rules import Epsilon, Gamma, Rule
 
-__all__ = ["convert", "register", "resolve_rules", "type_rules", "UnsupportedModuleError", "DEFAULT_INPUT",
+__all__ = ["convert", "register", "resolve_rules", "type_rules", "composite", "UnsupportedModuleError", "DEFAULT_INPUT",
            "DEFAULT_LOWER", "DEFAULT_UPPER"]
 
 #: PyG layer -> its LRP subclass.
@@ -115,8 +115,9 @@ def _clear_explainer_state(layer: MessagePassing) -> None:
     layer.__dict__.update(_edge_mask=None, _loop_mask=None, _explain=None)
 
 
-def _check_rules(rules) -> dict:
-    """``rules`` as a composite dict; a single rule is ``{torch.nn.Module: rule}``."""
+def composite(rules) -> dict:
+    """``rules`` as a composite dict (a single rule is ``{torch.nn.Module: rule}``);
+    anything else raises a ``TypeError`` naming ``rules``."""
     if rules is None:
         return {}
     if isinstance(rules, Rule):
@@ -139,7 +140,7 @@ def _check_rules(rules) -> dict:
 def type_rules(rules) -> tuple:
     """The ``(type, rule)`` entries of ``rules`` (a single rule: every module),
     for modules that are not part of the model (a forward may call them)."""
-    return tuple((k, v) for k, v in _check_rules(rules).items() if isinstance(k, type))
+    return tuple((k, v) for k, v in composite(rules).items() if isinstance(k, type))
 
 
 def resolve_rules(model: torch.nn.Module, rules=None) -> dict[str, Rule]:
@@ -153,7 +154,7 @@ def resolve_rules(model: torch.nn.Module, rules=None) -> dict[str, Rule]:
     layer, :data:`DEFAULT_LOWER` for those between the first and the last,
     :data:`DEFAULT_UPPER` elsewhere).
     """
-    rules = _check_rules(rules)
+    rules = composite(rules)
     by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
     by_name = {k: v for k, v in rules.items() if isinstance(k, str)}
 
@@ -212,7 +213,7 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}.")
     model = unwrap(model)
-    rules = _check_rules(rules)
+    rules = composite(rules)
     extra = tuple(k for k in rules if isinstance(k, type) and k is not torch.nn.Module)
     unsupported = [(name or "<model>", type(m)) for name, m in model.named_modules() if not _is_supported(m, extra)]
     if unsupported:

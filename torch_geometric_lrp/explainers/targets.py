@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.explain.config import ModelMode, ModelReturnType, ModelTaskLevel
 
-from ..rules import Rule
+from ..convert import composite
 
 __all__ = ["MASK_VIEWS", "check_x", "check_edge_index", "is_sparse", "check_rows", "check_rules", "check_view",
            "check_batch_size", "check_target", "infer_task_level", "infer_mode", "infer_return_type", "seed_of"]
@@ -96,17 +96,9 @@ def check_rows(index, num_rows: Optional[int], name: str = "index") -> Optional[
 
 
 def check_rules(rules) -> None:
-    if rules is None or isinstance(rules, Rule):
-        return
-    if not isinstance(rules, dict):
-        raise TypeError(f"rules: expected a Rule or a dict {{module type or qualified name: Rule}}, got "
-                        f"{type(rules).__name__}.")
-    for key, value in rules.items():
-        if not isinstance(key, (str, type)):
-            raise TypeError(f"rules: keys must be module types or qualified names (glob allowed), got {key!r}.")
-        if not isinstance(value, Rule):
-            raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r} "
-                            f"for {key!r}.")
+    """``rules`` is a rule or a composite dict (see :func:`~torch_geometric_lrp.convert.resolve_rules`);
+    anything else raises a ``TypeError`` naming ``rules``."""
+    composite(rules)
 
 
 def check_view(mask: str) -> None:
