@@ -143,7 +143,7 @@ def type_rules(rules) -> tuple:
     return tuple((k, v) for k, v in composite(rules).items() if isinstance(k, type))
 
 
-def resolve_rules(model: torch.nn.Module, rules=None) -> dict[str, Rule]:
+def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = None) -> dict[str, Rule]:
     """The rule of every module of ``model``, by qualified name.
 
     ``rules`` is a single :class:`~torch_geometric_lrp.rules.Rule` (every
@@ -158,12 +158,13 @@ def resolve_rules(model: torch.nn.Module, rules=None) -> dict[str, Rule]:
     by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
     by_name = {k: v for k, v in rules.items() if isinstance(k, str)}
 
-    message_passing = [n for n, m in model.named_modules() if isinstance(m, MessagePassing)]
+    named = list(model.named_modules()) if named is None else named
+    message_passing = [n for n, m in named if isinstance(m, MessagePassing)]
     first_mp = message_passing[0] if message_passing else None
     last_mp = message_passing[-1] if message_passing else None
     resolved: dict[str, Rule] = {}
     inherited: set[str] = set()  # modules whose children take over their rule
-    for name, module in model.named_modules():
+    for name, module in named:
         parent = name.rpartition(".")[0] if name else None
         rule = by_name.get(name)
         if rule is None:

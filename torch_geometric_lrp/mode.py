@@ -880,7 +880,7 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
 
 
 @contextmanager
-def _prepared(model: torch.nn.Module) -> Iterator[None]:
+def _prepared(model: torch.nn.Module, modules: Optional[list] = None) -> Iterator[None]:
     """What the pass needs of the model, undone on exit whatever happens:
     eval mode, messages through ``message`` / ``aggregate`` (no fused
     sparse kernels), no cached normalised graph (the pass may run on a
@@ -891,7 +891,7 @@ def _prepared(model: torch.nn.Module) -> Iterator[None]:
     from .nn.conv import SWAPPABLE  # late: nn imports this module
     undo: list = []
     try:
-        for module in model.modules():
+        for module in (model.modules() if modules is None else modules):
             if module.training:
                 module.training = False
                 undo.append((module, "training", True))
@@ -959,7 +959,7 @@ def relevance_pass(
         elif rules is None and default_rule is not None:
             by_name = {}  # one rule everywhere
         else:
-            by_name = resolve_rules(model, rules)
+            by_name = resolve_rules(model, rules, named)
         hooked = {module: by_name[name] for name, module in named if name in by_name}
         by_type = type_rules(rules)
         if isinstance(rules, Rule) and default_rule is None:
@@ -971,7 +971,7 @@ def relevance_pass(
     with ExitStack() as stack:
         if model is not None:
             stack.enter_context(_lock(model))
-            stack.enter_context(_prepared(model))
+            stack.enter_context(_prepared(model, [m for _, m in named]))
         stack.enter_context(torch.inference_mode(False))
         stack.enter_context(torch.enable_grad())
         if hooked or by_type:
