@@ -104,18 +104,17 @@ import torch_geometric_lrp as lrp  # noqa: E402
 from torch_geometric_lrp.explainers.core import Settings, on_graph  # noqa: E402
 
 LOSES_TEXT = """\
-Why (written for the seeded default run): PGExplainer's time per explanation
-is one forward of its trained MLP and the model; it excludes its one-off
-training (`one-off s`: 10-20 s on these models), which LRP does not need. The
-gradient methods (Saliency, InputXGradient, GuidedBackprop) cost one plain
-forward and backward; LRP adds a Python-level routing of every torch op of the
-forward and the element-wise work of its rules, about 1.0-1.9x a plain forward
-and backward on the node-level models, where its pass runs on the target's
-computation subgraph. On BA-2Motifs (graph level, 25-node graphs) there is no
-subgraph to cut and that fixed per-call cost dominates: about 3x a plain
-forward and backward, and about 25-35x faster than GNNExplainer instead of 50x.
-`lrp.explain_nodes` (node level) removes most of the fixed cost by explaining
-many targets per pass."""
+Why: PGExplainer's time per explanation is one forward of its trained MLP and
+the model; it excludes its one-off training (`one-off s` above), which LRP
+does not need. The gradient methods (Saliency, InputXGradient, GuidedBackprop)
+cost one plain forward and backward. LRP routes every torch op of the forward
+through Python (its fixed per-call cost), runs each linear map once more per
+stream its rule modifies (the default's `Gamma` layer: one extra forward),
+and, on a node's computation subgraph, runs one check forward without
+gradients that proves the subgraph gives the full graph's answer. The
+`LRP / plain fwd+bwd` column measures the sum. On graph-level tasks with small
+graphs (BA-2Motifs) the fixed cost dominates. `lrp.explain_nodes` removes
+most of it by explaining many targets per pass."""
 
 MIB = 2 ** 20
 TRACK = False
