@@ -58,12 +58,19 @@ def test_with_context_puts_other_nodes_in_front():
     edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
     c = subgraph.cut(torch.tensor([3]), 1, edge_index, 8)  # reads 2, 3; ring 1, 4
     assert c.nodes.tolist() == [1, 2, 3, 4]
-    context = subgraph.with_context(c, 8)
-    assert context.nodes.tolist() == [0, 5, 6, 7, 1, 2, 3, 4]  # nodes outside the cut first
+    context = subgraph.with_context(c, 8)  # ceil(4 / 8) = 1 extra node
+    assert context.nodes.tolist() == [0, 1, 2, 3, 4]  # a node outside the cut first
     assert torch.equal(context.nodes[context.edge_index], c.nodes[c.edge_index])  # the same edges, no others
     assert context.nodes[context.index].tolist() == [3]
-    small = subgraph.with_context(c, 5)  # one node outside, then the cut's own nodes again
-    assert small.nodes.tolist() == [0, 1, 2, 3, 1, 2, 3, 4]
+    path = torch.stack([torch.arange(19), torch.arange(1, 20)])
+    big = subgraph.cut(torch.tensor([9]), 7, path, 20)  # reads 2..9; ring 1, 10: 10 nodes
+    assert big.num_nodes == 10
+    small = subgraph.with_context(big, 20)  # ceil(10 / 8) = 2 nodes outside the cut
+    assert small.nodes.tolist()[:2] == [0, 11]
+    few = subgraph.with_context(big, 12)  # only node 0 and 11 are outside: enough here
+    assert few.nodes.tolist()[:2] == [0, 11]
+    tiny = subgraph.with_context(big, 11)  # one node outside (0), then the cut's own first node again
+    assert tiny.nodes.tolist()[:2] == [0, 1]
 
 
 def test_disjoint_union():

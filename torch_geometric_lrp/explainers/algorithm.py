@@ -85,7 +85,7 @@ class LRP(ExplainerAlgorithm):
         result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
         return explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
                               (result.absorbed, result.lost), explainer.node_mask_type,
-                              explainer.edge_mask_type, self.mask)
+                              explainer.edge_mask_type, self.mask, total=result.total)
 
     def supports(self) -> bool:
         node_mask_type = self.explainer_config.node_mask_type

@@ -100,7 +100,8 @@ def explain(
     target = check_target(target, settings.mode)
     result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
     explanation = explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
-                                 (result.absorbed, result.lost), node_mask_type, edge_mask_type, mask)
+                                 (result.absorbed, result.lost), node_mask_type, edge_mask_type, mask,
+                                 total=result.total)
     explanation._model_config = ModelConfig(mode=result.mode, task_level=result.task_level,
                                             return_type=result.return_type)
     explanation.index = rows

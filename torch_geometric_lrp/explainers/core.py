@@ -82,6 +82,7 @@ class Relevance:
     task_level: ModelTaskLevel
     mode: ModelMode
     return_type: ModelReturnType
+    total: Optional[float] = None  # relevance of the inputs, summed before spreading to the input graph
 
     @property
     def score(self) -> float:
@@ -208,7 +209,8 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
         if 2 * c.num_nodes <= n and not slice_inputs(kwargs, c, n, e)[1]:
             result = on_cut(model, x, edge_index, kwargs, c, rows, target, settings)
             if result is not None:
-                return replace(result, node=_spread(result.node, c.nodes, n), edge=_spread(result.edge, c.edge_id, e),
+                return replace(result, total=_total(result.node, result.edge_attr),
+                               node=_spread(result.node, c.nodes, n), edge=_spread(result.edge, c.edge_id, e),
                                self_loops=_spread(result.self_loops, c.nodes, n),
                                edge_attr=_spread(result.edge_attr, c.edge_id, e))
     return on_graph(model, x, edge_index, kwargs, rows, target, settings)
@@ -287,9 +289,14 @@ def _node_mask(relevance: Tensor, mask_type: Optional[MaskType]) -> Optional[Ten
     return relevance.sum(dim=0, keepdim=True)  # common_attributes
 
 
+def _total(node: Tensor, edge_attr: Optional[Tensor]) -> float:
+    """Relevance on the inputs, ``x`` and ``edge_attr``, summed in float64."""
+    return float(node.sum(dtype=torch.float64) + (0.0 if edge_attr is None else edge_attr.sum(dtype=torch.float64)))
+
+
 def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Tensor], edge_attr: Optional[Tensor],
                    score: float, accounting: Optional[tuple[float, float]], node_mask_type: Optional[MaskType],
-                   edge_mask_type: Optional[MaskType], view: str) -> Explanation:
+                   edge_mask_type: Optional[MaskType], view: str, total: Optional[float] = None) -> Explanation:
     """An ``Explanation`` with masks built from relevance, and its accounting:
     ``score``, ``relevance_total`` and, where ``accounting = (absorbed, lost)``
     was measured for it, ``absorbed``, ``lost`` and ``residual`` (else
@@ -304,9 +311,8 @@ def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Te
         explanation.edge_attr_mask = show(edge_attr).detach()
     if self_loops is not None:
         explanation.self_loop_relevance = self_loops.detach()
-    total = node.sum(dtype=torch.float64) + (0.0 if edge_attr is None else edge_attr.sum(dtype=torch.float64))
     explanation.score = score
-    explanation.relevance_total = float(total)
+    explanation.relevance_total = _total(node, edge_attr) if total is None else total
     if accounting is None:
         explanation.unassigned = score - explanation.relevance_total
     else:
