@@ -434,7 +434,7 @@ _SCALAR_TERMS = frozenset("""add __add__ __radd__ __iadd__ add_ sub __sub__ __is
 rsub""".split())
 _MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itruediv__ div_ true_divide divide
 matmul __matmul__ mm""".split()
-SEGMENT_COPIES = frozenset("""
+MAP_COPIES = frozenset("""
 __getitem__ index_select gather take take_along_dim masked_select
 view view_as reshape reshape_as expand expand_as broadcast_to repeat repeat_interleave tile
 cat concat concatenate stack hstack vstack transpose t T.__get__ mT.__get__
@@ -445,7 +445,7 @@ index_put gather_csr
 """.split())
 LINEAR_OPS: dict[str, str] = {
     **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
-    "linear": "linear", "batch_norm": "batch_norm", **{name: "copy" for name in SEGMENT_COPIES},
+    "linear": "linear", "batch_norm": "batch_norm", **{name: "copy" for name in MAP_COPIES},
 }
 # In-place ops run out of place (the caller uses the returned tensor).
 _OUT_OF_PLACE = {
@@ -564,12 +564,6 @@ class RelevanceMode(TorchFunctionMode):
         return self._stack[-1][1] if self._stack else self.default_rule
 
     # -- linear maps ---------------------------------------------------------------------------
-    def in_map(self, t: Tensor) -> bool:
-        """Whether ``t`` is the output of a linear op (a linear op that
-        consumes it continues its map)."""
-        return isinstance(t, Tensor) and t in self._maps
-
-
     def alias(self, t: Tensor) -> Tensor:
         """A view of ``t`` in the same linear map (under ``t``'s own rule): a
         separate handle whose relevance counts only the uses of the alias."""
@@ -696,11 +690,12 @@ class RelevanceMode(TorchFunctionMode):
         return value
 
     def _stream_input(self, t: Tensor, rule: Rule, k: int, stream) -> Tensor:
+        """Stream ``k``'s input for ``t``: its stream output when ``t`` is in a
+        map of the same rule, else ``t`` opened (a relevance tensor, or the
+        closed end of a map under another rule)."""
         entry = self._maps.get(t)
-        if entry is not None:
-            if entry[0] == rule:
-                return entry[1][k]
-            pass  # a map under another rule ends here: t is its (closed) end
+        if entry is not None and entry[0] == rule:
+            return entry[1][k]
         return maps.open_stream(t, None if stream.input is _same_input else stream.input)
 
     # -- the mode ------------------------------------------------------------------------------
