@@ -33,26 +33,7 @@ from torch import Tensor
 _open_audits: contextvars.ContextVar[tuple] = contextvars.ContextVar("lrp_open_audits", default=())
 
 
-class _Audit:
-    """While open (``with``), relevance ops of this thread or task report to
-    it through ``_record``."""
-
-    def __enter__(self):
-        self._token = _open_audits.set(_open_audits.get() + (self,))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _open_audits.reset(self._token)
-
-    def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
-                relevance_in: Iterable[Optional[Tensor]], lost: Optional[Tensor] = None) -> None:
-        raise NotImplementedError
-
-    def _absorbed_only(self, op: str, amount: Tensor) -> None:
-        raise NotImplementedError
-
-
-class RelevanceAudit(_Audit):
+class RelevanceAudit:
     r"""Collects lost and absorbed relevance of every relevance op run while open.
 
     Examples
@@ -65,6 +46,13 @@ class RelevanceAudit(_Audit):
     features). ``by_op`` maps an op name (``"linear"``, ``"scatter_sum"``, ...)
     to a ``{"lost": float, "absorbed": float, "calls": int}`` dict.
     """
+
+    def __enter__(self):
+        self._token = _open_audits.set(_open_audits.get() + (self,))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _open_audits.reset(self._token)
 
     def __init__(self) -> None:
         self._lost: dict[str, Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
@@ -109,31 +97,6 @@ class RelevanceAudit(_Audit):
 
     def __repr__(self) -> str:
         return f"RelevanceAudit(lost={self.lost:.6g}, absorbed={self.absorbed:.6g})"
-
-
-class LostRelevance(_Audit):
-    """The cheap half of :class:`RelevanceAudit`: only the total relevance
-    lost at outputs equal to 0 (one masked sum per op, where the full audit
-    sums every op's input and output relevance as well).
-
-    It does not measure what is absorbed; use :class:`RelevanceAudit` for that.
-    """
-
-    def __init__(self) -> None:
-        self._lost: Optional[Tensor] = None
-
-    def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
-                relevance_in: Iterable[Optional[Tensor]], lost: Optional[Tensor] = None) -> None:
-        if dropped is not None or lost is not None:
-            lost = (lost_of(relevance_out, dropped) if lost is None else lost).detach().double()
-            self._lost = lost if self._lost is None else self._lost + lost
-
-    def _absorbed_only(self, op: str, amount: Tensor) -> None:
-        pass
-
-    @property
-    def lost(self) -> float:
-        return 0.0 if self._lost is None else self._lost.item()
 
 
 def lost_of(relevance_out: Tensor, dropped: Optional[Tensor]) -> Tensor:
