@@ -335,3 +335,27 @@ def test_subgraph_equals_full_graph_or_says_it_fell_back(kinds, twist, n, densit
     assert_same_explanation(on_subgraph, full, atol=1e-4)
     if twist == "none":
         assert not fell_back, "a local model fell back"
+
+
+def test_graph_level_model_whose_first_node_has_no_edges():
+    """index=0 names a graph; its node 0 has no edges, so the cut of node 0
+    is one node and the graph-level output has one row per node there too."""
+    from torch_geometric.nn import GCNConv, global_mean_pool
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = GCNConv(3, 4), torch.nn.Linear(4, 2)
+
+        def forward(self, x, edge_index, batch):
+            return self.head(global_mean_pool(self.conv(x, edge_index).relu(), batch))
+
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, dtype=torch.float64)
+    edge_index = torch.tensor([[1, 2, 3, 4], [2, 3, 4, 5]])
+    model = Pooled().double()
+    batch = torch.zeros(6, dtype=torch.long)
+    explanation = lrp.explain(model, x, edge_index, index=0, batch=batch)
+    full = lrp.explain(model, x, edge_index, index=0, batch=batch, task_level="graph")
+    torch.testing.assert_close(explanation.node_mask, full.node_mask)
+    assert explanation.score == pytest.approx(float(model(x, edge_index, batch)[0].max().detach()))

@@ -313,7 +313,8 @@ def _winner_takes_all(src, index, dim, out, relevance):
     last.scatter_reduce_(dim, full, position, "amax", include_self=True)
     dropped = out == 0
     keep = torch.where(dropped | (last < 0), 0, relevance)
-    r = torch.zeros_like(src).scatter_add_(dim, last.clamp(min=0), keep)
+    # out of place: relevance may be batched (torch.func.vmap), src is not
+    r = torch.zeros_like(src).scatter_add(dim, last.clamp(min=0), keep)
     return r, dropped
 
 

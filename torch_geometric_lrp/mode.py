@@ -53,6 +53,8 @@ from torch.nn import Parameter
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torch_geometric.utils._softmax import softmax as _pyg_softmax
+
 from . import functional as R
 from . import maps
 from .rules import Epsilon, Pass, Rule, nonfinite_guard, times
@@ -143,6 +145,8 @@ def _detach_parameters(args, kwargs):
         return obj
     return tuple(detach(a) for a in args), {k: detach(v) for k, v in kwargs.items()}
 
+
+_PYG_SOFTMAX = _pyg_softmax.__code__
 
 _names: dict = {}  # func -> short name (resolve_name is slow: cache it)
 
@@ -254,6 +258,16 @@ def _linear(mode, input, weight, bias=None):
 
 
 def _matmul(mode, input, other):
+    if _carries(input) and _carries(other) and input.dim() >= 2 and other.dim() >= 2 and \
+            input.layout == other.layout == torch.strided:
+        # Two signals (NNConv's edge-conditioned weights with edge_attr explained):
+        # each product x_ik w_kj gets the product rule (half each), and the sum
+        # over k is a linear op that starts the next map.
+        terms = R.product(input.unsqueeze(-1), other.unsqueeze(-3))
+        rule = mode.current_rule()
+        if isinstance(rule, Pass):
+            return R.sum(terms, dim=-2)
+        return mode._linear_op("sum", torch.sum, "add", rule, (terms,), {"dim": -2})
     if _carries(input) and not _carries(other) and other.dim() == 2 and other.layout == torch.strided:
         return R.linear(input, other.t(), rule=mode.current_rule())
     if _carries(other) and not _carries(input) and input.dim() == 2 and other.dim() == 2:
@@ -367,6 +381,21 @@ def _amax_amin(reduce):
     return handler
 
 
+def _softmax_exp(mode, input):
+    """``exp`` inside PyG's ``torch_geometric.utils.softmax`` (hand-written
+    attention: AGNNConv, GATEConv, ...): its output is a gate, held constant
+    like the attention of the ``lrp.nn`` layers, so the softmax weights are
+    constants and no relevance enters them. Anywhere else ``exp`` has no rule."""
+    frame = sys._getframe(1)
+    for _ in range(8):  # the mode's own frames, then the caller
+        if frame is None:
+            break
+        if frame.f_code is _PYG_SOFTMAX:
+            return torch.exp(input.detach())
+        frame = frame.f_back
+    return NotImplemented
+
+
 def _batch_norm(mode, input, running_mean, running_var, weight=None, bias=None, training=False,
                 momentum=0.1, eps=1e-5):
     if training or running_mean is None or running_var is None:
@@ -416,7 +445,7 @@ HANDLERS: dict[str, Callable] = {
     "segment_max_csr": _segment_csr("max"), "segment_min_csr": _segment_csr("min"),
     "max": _max_min("max"), "min": _max_min("min"),
     "amax": _amax_amin("max"), "amin": _amax_amin("min"),
-    "batch_norm": _batch_norm, "layer_norm": _layer_norm,
+    "batch_norm": _batch_norm, "layer_norm": _layer_norm, "exp": _softmax_exp,
     **{name: _pass(fn) for name, fn in _PASS.items()},
 }
 
@@ -433,7 +462,8 @@ segment_sum_csr segment_mean_csr""".split()
 _SCALAR_TERMS = frozenset("""add __add__ __radd__ __iadd__ add_ sub __sub__ __isub__ sub_ subtract __rsub__
 rsub""".split())
 _MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itruediv__ div_ true_divide divide
-matmul __matmul__ mm""".split()
+matmul __matmul__ mm bmm""".split()
+_WEIGHT_PRODUCTS = frozenset("matmul __matmul__ mm".split())
 MAP_COPIES = frozenset("""
 __getitem__ index_select gather take take_along_dim masked_select
 view view_as reshape reshape_as expand expand_as broadcast_to repeat repeat_interleave tile
@@ -540,6 +570,9 @@ class RelevanceMode(TorchFunctionMode):
         # that consumes it continues the map
         self._maps = WeakIdKeyDictionary()
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
+        # weights made of parameters in the forward (RGCNConv's weight[i], a basis
+        # decomposition comp @ W): the rules modify them like the parameters
+        self._weights = WeakIdKeyDictionary()
         # the first op whose output (carrying relevance) is not finite;
         # tracked op by op only once a watched input is not finite (no cost otherwise)
         self._track_nonfinite = False
@@ -572,6 +605,13 @@ class RelevanceMode(TorchFunctionMode):
             with torch.enable_grad():
                 return t.view_as(t)
         return self._linear_op("view_as", Tensor.view_as, "copy", entry[0], (t, t), {})
+
+    def streams_of(self, t: Tensor) -> tuple[Tensor, ...]:
+        """The stream outputs of the linear map that ``t`` ends, whose
+        gradients ``g_k`` make its relevance :math:`\\sum_k t_k \\odot g_k`;
+        ``(t,)`` where ``t`` ends no map (its gradient is its relevance)."""
+        entry = self._maps.get(t)
+        return (t,) if entry is None else tuple(entry[1])
 
     def relevance_hook(self, t: Tensor, fn: Callable[[Tensor], None]) -> None:
         """Call ``fn(relevance)`` with the relevance of ``t`` during the
@@ -615,7 +655,7 @@ class RelevanceMode(TorchFunctionMode):
             if kind == "add":
                 return "bias"
             if kind == "mul":
-                return "weight" if _is_parameter(t) else "gate"
+                return "weight" if _is_parameter(t) or t in self._weights else "gate"
             if kind == "linear":
                 return "weight" if key in (1, "weight") else "bias"
             if kind == "batch_norm":
@@ -659,6 +699,13 @@ class RelevanceMode(TorchFunctionMode):
                 a, kw = _walk(args, kwargs, value_of)
                 value = fn(*a, **kw)
         return self._register(value, rule, outputs)
+
+    def _is_weight(self, name: str, args) -> bool:
+        """Whether ``name(*args)`` makes a weight: a copy (``W[i]``,
+        ``W.view(...)``) or a product (``comp @ W``) of parameters and weights."""
+        operands = args[:1] if name in MAP_COPIES else args[:2] if name in _WEIGHT_PRODUCTS else ()
+        return bool(operands) and all(isinstance(t, Tensor) and (_is_parameter(t) or t in self._weights)
+                                      for t in operands)
 
     def _batch_norm(self, rule: Rule, input, running_mean, running_var, weight=None, bias=None,
                     training=False, momentum=0.1, eps=1e-5):
@@ -810,9 +857,15 @@ class RelevanceMode(TorchFunctionMode):
         if found != 2:
             # Bookkeeping (degrees, self-loops, index arithmetic): no relevance
             # goes in, so none comes out; parameters enter as constants.
+            if not found and not self._weights:
+                return func(*args, **kwargs)
+            weight = self._is_weight(_op_name(func), args)
             if found:
                 args, kwargs = _detach_parameters(args, kwargs)
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if weight and isinstance(out, Tensor) and out.is_floating_point():
+                self._weights[out] = True
+            return out
         name = _op_name(func)
         if name in _METADATA:
             return func(*args, **kwargs)

@@ -98,11 +98,9 @@ def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, 
     no input contributed to them.
     """
     dropped = z == 0
-    denominator = stabilize(z, epsilon)
-    if denominator is not z and denominator.shape == relevance.shape:
-        s = torch.div(relevance, denominator, out=denominator)  # reuse the temporary
-    else:
-        s = relevance / denominator
+    # a plain division (no out=): it also runs under torch.func.vmap, as
+    # torch.autograd.grad(..., is_grads_batched=True) needs
+    s = relevance / stabilize(z, epsilon)
     if _guard.get():
         return s.masked_fill_(dropped | (relevance == 0), 0), dropped
     return s.masked_fill_(dropped, 0), dropped

@@ -1,7 +1,9 @@
 """One-call explanations: ``lrp.explain`` and ``lrp.explain_nodes``."""
 from __future__ import annotations
 
-from typing import Optional, Union
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Iterator, Optional, Union
 
 import torch
 from torch import Tensor
@@ -10,11 +12,13 @@ from torch_geometric.explain.config import MaskType, ModelConfig, ModelMode, Mod
 from tqdm.auto import tqdm
 
 from ..rules import Rule
-from .core import Relevance, Settings, explain_rows, explanation_of, on_cut, on_graph
-from .subgraph import count_hops, cut, disjoint_union, message_flow, slice_inputs
-from .targets import check_batch_size, check_edge_index, check_rows, check_rules, check_target, check_view, check_x
+from . import distributed as shard
+from .core import Settings, _total, explain_rows, explanation_of, on_cut, on_graph
+from .subgraph import Cut, Incidence, count_hops, cut_each, message_flow, split
+from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
+                      check_view, check_x)
 
-__all__ = ["explain", "explain_nodes"]
+__all__ = ["explain", "explain_nodes", "NodeRelevance"]
 
 
 def _enum(cls, value, name: str):
@@ -113,11 +117,60 @@ def explain(
     return explanation
 
 
+@dataclass
+class NodeRelevance:
+    r"""The relevance of many node-level targets as sparse matrices, what
+    :func:`explain_nodes` returns with ``output='sparse'``.
+
+    Row ``k`` belongs to the target ``index[k]``. With ``R_k`` the relevance
+    of the input for that target (``x``: ``[N, F]``), and the mask view
+    ``show`` (``'signed'``, ``'abs'`` or ``'positive'``):
+
+    .. math::
+
+        \text{node\_relevance}_{k, v} = \text{show}\Big(\sum_f R_{k, v f}\Big), \qquad
+        \text{edge\_relevance}_{k, j} = \text{show}(R_{k, j}),
+
+    where ``R_{k, j}`` is the relevance that flowed through the messages of
+    input edge ``j``. Entries that are exactly 0 are not stored (the nodes
+    and edges outside the target's computation subgraph among them).
+
+    Attributes
+    ----------
+    index : LongTensor ``[T]``
+        The target nodes.
+    target : Tensor ``[T]`` (or ``[T, C]`` for several binary labels)
+        The explained class, labels or value of each target.
+    score, relevance_total : Tensor ``[T]``, float64
+        The target's score and the relevance of its inputs (``x`` and
+        ``edge_attr``); their difference is what biases and stabilisers
+        absorbed and what was lost.
+    node_relevance : sparse COO ``[T, N]``
+        Node relevance summed over features.
+    edge_relevance : sparse COO ``[T, E]``
+        Edge relevance.
+    edge_attr_relevance : sparse COO ``[T, E]``, optional
+        Relevance of ``edge_attr`` summed over features, where the model
+        reads ``edge_attr``.
+    """
+
+    index: Tensor
+    target: Tensor
+    score: Tensor
+    relevance_total: Tensor
+    node_relevance: Tensor
+    edge_relevance: Tensor
+    edge_attr_relevance: Optional[Tensor] = None
+
+
+OUTPUTS = ("list", "sparse")
+
+
 def explain_nodes(
     model: torch.nn.Module,
     x: Tensor,
     edge_index: Tensor,
-    index: Tensor,
+    index: Optional[Tensor] = None,
     *,
     target: Optional[Tensor] = None,
     rules: Union[None, Rule, dict] = None,
@@ -127,8 +180,10 @@ def explain_nodes(
     num_hops: Optional[int] = None,
     strict: bool = True,
     progress: Optional[bool] = None,
+    output: str = "list",
+    distributed: Optional[bool] = None,
     **kwargs,
-) -> list[Explanation]:
+) -> Union[list[Explanation], NodeRelevance]:
     """One explanation per target node, many targets per relevance pass.
 
     Each target gets its own copy of its computation subgraph (see
@@ -139,10 +194,15 @@ def explain_nodes(
     ``num_hops``) is explained target by target on the full graph instead,
     with a :class:`~torch_geometric_lrp.explainers.SubgraphWarning`.
 
+    The subgraphs of a batch are cut together, from the edges sorted once per
+    call (:func:`~torch_geometric_lrp.explainers.subgraph.cut_each`): the cost
+    of cutting is that of the subgraphs, not of the graph per target.
+
     Parameters
     ----------
-    index : LongTensor or BoolTensor
-        The target nodes (positions, or a mask over the nodes).
+    index : LongTensor or BoolTensor, optional
+        The target nodes (positions, or a mask over the nodes); every node
+        by default.
     target : Tensor, optional
         Class (or 0/1 labels) per target, or per node; default: the prediction.
     mode : str, optional
@@ -154,8 +214,19 @@ def explain_nodes(
         Hops of the model's message passing (default:
         :func:`~torch_geometric_lrp.explainers.subgraph.count_hops`).
     progress : bool, optional
-        Show a progress bar (default: when there is more than one batch and
-        the output is a terminal).
+        Show a progress bar with the time left (default: when there is more
+        than one batch and the output is a terminal; on rank 0 only).
+    output : str
+        ``'list'``: one ``Explanation`` per target. ``'sparse'``: one
+        :class:`NodeRelevance` with the node and edge relevance of all
+        targets as sparse matrices, and no ``Explanation`` (the memory of
+        the relevance itself, for explaining every node of a large graph).
+    distributed : bool, optional
+        Split the targets over the processes of ``torch.distributed``'s
+        default group in contiguous blocks; every process returns the
+        results of all targets, as one process would (see
+        :mod:`torch_geometric_lrp.explainers.distributed`). Default: when a
+        group of more than one process is initialised; ``False`` ignores it.
     **kwargs
         Further model inputs: tensors whose first dimension is the number of
         nodes, or (for names starting with ``edge``) of edges, are cut with
@@ -163,17 +234,19 @@ def explain_nodes(
 
     Returns
     -------
-    list of Explanation
-        Per target, on the nodes ``node_index`` and input edges ``edge_id``
-        it was explained on (its subgraph, or the whole graph after a
-        fallback): ``x``, ``edge_index`` (relabelled), ``index`` (the
-        target's position in ``node_index``), ``node_mask`` ``[n, F]``,
-        ``edge_mask`` ``[e]``, ``edge_attr_mask`` where the model reads
-        ``edge_attr``, ``self_loop_relevance``, ``target``, ``score`` and
-        ``relevance_total``. A target explained in a pass of its own
-        (``batch_size=1``, or after a fallback) has the measured ``absorbed``,
-        ``lost`` and ``residual``; in a shared pass, ``unassigned`` (= score
-        - relevance_total) holds its share of them.
+    list of Explanation, or NodeRelevance
+        With ``output='list'``, per target, on the nodes ``node_index`` and
+        input edges ``edge_id`` it was explained on (its subgraph, or the
+        whole graph after a fallback): ``x``, ``edge_index`` (relabelled),
+        ``index`` (the target's position in ``node_index``), ``node_mask``
+        ``[n, F]``, ``edge_mask`` ``[e]``, ``edge_attr_mask`` where the model
+        reads ``edge_attr``, ``self_loop_relevance``, ``target``, ``score``
+        and ``relevance_total``. A target explained in a pass of its own
+        (``batch_size=1``, or after a fallback) has the measured
+        ``absorbed``, ``lost`` and ``residual``; in a shared pass,
+        ``unassigned`` (= score - relevance_total) holds its share of them.
+        With ``output='sparse'``, one :class:`NodeRelevance` holding the same
+        numbers.
     """
     check_x(x)
     if not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided:
@@ -182,10 +255,12 @@ def explain_nodes(
                          "lrp.explain(..., edge_mask_type=None).")
     check_edge_index(edge_index, None)
     n, e = x.shape[0], edge_index.shape[1]
-    index = check_rows(index, n)
+    index = torch.arange(n, device=x.device) if index is None else check_rows(index, n)
     check_batch_size(batch_size)
     check_view(mask)
     check_rules(rules)
+    if output not in OUTPUTS:
+        raise ValueError(f"output: must be one of {list(OUTPUTS)}, got {output!r}.")
     if num_hops is not None and (isinstance(num_hops, bool) or not isinstance(num_hops, int) or num_hops < 0):
         raise ValueError(f"num_hops: expected an int >= 0, got {num_hops!r}.")
     unknown = [k for k, v in kwargs.items() if isinstance(v, Tensor) and v.dim() > 0
@@ -199,44 +274,170 @@ def explain_nodes(
                         strict=strict)
     target = check_target(target, settings.mode)
     per_target = target is not None and target.dim() > 0 and target.shape[0] == index.numel()
-    hops = count_hops(model) if num_hops is None else num_hops
-    flow = message_flow(model)
+    rank, world_size = shard.world(distributed)
+    if world_size > 1:
+        shard.check_same((n, e, batch_size, output, per_target, *shard.fingerprint(index)))
+    mine = shard.block(index.numel(), batch_size, rank, world_size)
+
+    def run() -> Union[list[Explanation], NodeRelevance]:
+        parts = _parts(model, x, edge_index, kwargs, index[mine], target[mine] if per_target else target,
+                       per_target, count_hops(model) if num_hops is None else num_hops, message_flow(model),
+                       settings, batch_size, progress if rank == 0 else False)
+        if output == "list":
+            return [_explanation(part, x, edge_index, mask) for part in parts]
+        return _sparse(parts, index[mine], n, e, mask, x.dtype)
+
+    if world_size == 1:
+        return run()
+    blocks = shard.gather(run)
+    if output == "list":
+        return [ex for block in blocks for ex in block]
+    return _cat(blocks, n, e)
+
+
+@dataclass
+class _Part:
+    """One target's relevance, on the nodes and edges it was explained on:
+    its subgraph ``cut``, or the whole graph (``cut = None``)."""
+
+    position: int                 # the target's node in the input graph
+    cut: Optional[Cut]
+    relevance: Tensor             # of x, [n, F]
+    edge: Optional[Tensor]        # [e]
+    self_loops: Optional[Tensor]  # [n]
+    edge_attr: Optional[Tensor]   # [e, D]
+    score: float
+    accounting: Optional[tuple[float, float]]  # (absorbed, lost), where measured for this target alone
+    target: Tensor
+
+
+def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, target: Optional[Tensor],
+           per_target: bool, hops: int, flow: str, settings: Settings, batch_size: int,
+           progress: Optional[bool]) -> Iterator[_Part]:
+    """The relevance of each target of ``index``, in order, batch by batch."""
+    n = x.shape[0]
+    graph = Incidence(edge_index, n)  # the one pass over the edge list
     starts = range(0, index.numel(), batch_size)
     show = progress if progress is not None else (None if len(starts) > 1 else False)
-    explanations: list[Explanation] = []
     for start in tqdm(starts, desc="LRP", unit="batch", disable=None if show is None else not show):
         chunk = index[start:start + batch_size]
         chunk_target = target[start:start + batch_size] if per_target else target
-        cuts = [cut(t.view(1), hops, edge_index, n, flow) for t in chunk]
-        union, node_starts, edge_starts = disjoint_union(cuts)
+        union, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph)
         result = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings)
         if result is not None and settings.mode is None:
             settings.mode = result.mode  # read off the first batch: the same for all
-        for k, (t, c) in enumerate(zip(chunk, cuts)):
+        for k, (t, c) in enumerate(zip(chunk.tolist(), split(union, node_starts, edge_starts))):
             if result is None:  # no proof: this target on the full graph
-                one = on_graph(model, x, edge_index, kwargs, t.view(1),
+                one = on_graph(model, x, edge_index, kwargs, chunk[k:k + 1],
                                chunk_target if not per_target else chunk_target[k:k + 1], settings)
-                ex = _on(one, slice(None), slice(None), (one.absorbed, one.lost), mask)
-                ex.node_index, ex.edge_id = torch.arange(n), torch.arange(e)
-                ex.x, ex.edge_index, ex.index = x, edge_index, int(t)
-            else:
-                rows = slice(node_starts[k], node_starts[k] + c.num_nodes)
-                cols = slice(edge_starts[k], edge_starts[k] + c.edge_id.numel())
-                ex = _on(result, rows, cols, (result.absorbed, result.lost) if len(cuts) == 1 else None, mask,
-                         seed=result.seed.reshape(result.seed.shape[0], -1)[rows].sum(dtype=torch.float64).item())
-                ex.node_index, ex.edge_id = c.nodes, c.edge_id
-                ex.x, ex.edge_index, ex.index = x[c.nodes], c.edge_index, int(c.index)
-            ex.target = (one if result is None else result).target[0 if result is None else k]
-            explanations.append(ex)
-    return explanations
+                yield _Part(t, None, one.node, one.edge, one.self_loops, one.edge_attr, one.score,
+                            (one.absorbed, one.lost), one.target[0])
+                continue
+            rows = slice(node_starts[k], node_starts[k] + c.num_nodes)
+            cols = slice(edge_starts[k], edge_starts[k] + c.edge_id.numel())
+            seed = result.seed.reshape(result.seed.shape[0], -1)[rows].sum(dtype=torch.float64).item()
+            yield _Part(t, c, result.node[rows], _rows(result.edge, cols), _rows(result.self_loops, rows),
+                        _rows(result.edge_attr, cols), seed,
+                        (result.absorbed, result.lost) if chunk.numel() == 1 else None, result.target[k])
 
 
-def _on(result: Relevance, rows: slice, cols: slice, accounting, mask: str, seed: Optional[float] = None
-        ) -> Explanation:
-    """The explanation of ``result`` restricted to its nodes ``rows`` and edges ``cols``."""
-    def part(values, where):
-        return None if values is None else values[where]
+def _rows(values: Optional[Tensor], where: slice) -> Optional[Tensor]:
+    return None if values is None else values[where]
 
-    return explanation_of(result.node[rows], part(result.edge, cols), part(result.self_loops, rows),
-                          part(result.edge_attr, cols), result.score if seed is None else seed, accounting,
-                          MaskType.attributes, MaskType.object, mask)
+
+def _explanation(part: _Part, x: Tensor, edge_index: Tensor, mask: str) -> Explanation:
+    """The ``Explanation`` of one target, on its subgraph (or the whole graph)."""
+    ex = explanation_of(part.relevance, part.edge, part.self_loops, part.edge_attr, part.score, part.accounting,
+                        MaskType.attributes, MaskType.object, mask)
+    c = part.cut
+    if c is None:
+        ex.node_index, ex.edge_id = torch.arange(x.shape[0]), torch.arange(edge_index.shape[1])
+        ex.x, ex.edge_index, ex.index = x, edge_index, part.position
+    else:
+        ex.node_index, ex.edge_id = c.nodes, c.edge_id
+        ex.x, ex.edge_index, ex.index = x[c.nodes], c.edge_index, int(c.index)
+    ex.target = part.target
+    return ex
+
+
+def _sparse(parts: Iterator[_Part], index: Tensor, num_nodes: int, num_edges: int, mask: str,
+            dtype: torch.dtype) -> NodeRelevance:
+    """The parts' relevance as :class:`NodeRelevance`: per target, the
+    nonzero entries of its row, columns ascending."""
+    show = MASK_VIEWS[mask]
+    nodes, edges, edge_attrs = _Coo(), _Coo(), _Coo()
+    targets, scores, totals = [], [], []
+    for part in parts:
+        c = part.cut
+        device = part.relevance.device
+        node_ids = torch.arange(num_nodes, device=device) if c is None else c.nodes
+        edge_ids = torch.arange(num_edges, device=device) if c is None else c.edge_id
+        nodes.add(node_ids, show(part.relevance.sum(dim=-1)))
+        edges.add(edge_ids, None if part.edge is None else show(part.edge))
+        edge_attrs.add(edge_ids, None if part.edge_attr is None else show(part.edge_attr.sum(dim=-1)))
+        targets.append(part.target)
+        scores.append(part.score)
+        totals.append(_total(part.relevance, part.edge_attr))
+    t = index.numel()
+    return NodeRelevance(
+        index=index.clone(),
+        target=torch.stack(targets) if targets else torch.empty(0, dtype=torch.long),
+        score=torch.tensor(scores, dtype=torch.float64),
+        relevance_total=torch.tensor(totals, dtype=torch.float64),
+        node_relevance=nodes.matrix(t, num_nodes, dtype),
+        edge_relevance=edges.matrix(t, num_edges, dtype),
+        edge_attr_relevance=edge_attrs.matrix(t, num_edges, dtype) if edge_attrs.seen else None,
+    )
+
+
+class _Coo:
+    """The nonzero entries of a sparse matrix, added one row at a time in
+    row order, with ascending columns (so the matrix is coalesced as built)."""
+
+    def __init__(self):
+        self.cols, self.values, self.counts, self.seen = [], [], [], False
+
+    def add(self, cols: Tensor, values: Optional[Tensor]) -> None:
+        if values is None:
+            self.counts.append(0)
+            return
+        self.seen = True
+        keep = values != 0
+        self.cols.append(cols[keep])
+        self.values.append(values.detach()[keep])
+        self.counts.append(self.cols[-1].numel())
+
+    def matrix(self, num_rows: int, num_cols: int, dtype: torch.dtype) -> Tensor:
+        cols = torch.cat(self.cols) if self.cols else torch.empty(0, dtype=torch.long)
+        values = torch.cat(self.values) if self.values else torch.empty(0, dtype=dtype)
+        rows = torch.repeat_interleave(torch.tensor(self.counts, dtype=torch.long, device=cols.device))
+        return _coo(torch.stack([rows, cols]), values, (num_rows, num_cols))
+
+
+def _coo(indices: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+    # indices are in row-major order without repeats by construction
+    return torch.sparse_coo_tensor(indices, values, size, is_coalesced=True, check_invariants=False)
+
+
+def _cat(blocks: list[NodeRelevance], num_nodes: int, num_edges: int) -> NodeRelevance:
+    """The :class:`NodeRelevance` of consecutive blocks of targets, as one."""
+    blocks = [b for b in blocks if b.index.numel()] or blocks[:1]
+    offsets = [0, *accumulate(b.index.numel() for b in blocks)]
+
+    def stacked(name: str, num_cols: int) -> Optional[Tensor]:
+        parts = [getattr(b, name) for b in blocks]
+        if any(p is None for p in parts):
+            return None
+        indices = torch.cat([p._indices() + torch.tensor([[o], [0]], device=p.device)
+                             for p, o in zip(parts, offsets)], dim=1)
+        return _coo(indices, torch.cat([p._values() for p in parts]), (offsets[-1], num_cols))
+
+    return NodeRelevance(
+        index=torch.cat([b.index for b in blocks]),
+        target=torch.cat([b.target for b in blocks]),
+        score=torch.cat([b.score for b in blocks]),
+        relevance_total=torch.cat([b.relevance_total for b in blocks]),
+        node_relevance=stacked("node_relevance", num_nodes),
+        edge_relevance=stacked("edge_relevance", num_edges),
+        edge_attr_relevance=stacked("edge_attr_relevance", num_edges),
+    )

@@ -250,7 +250,11 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
             check = error
         inputs = slice_inputs(kwargs, c, n, e)[0]
         out = p.forward(x[c.nodes], c.edge_index, inputs)
-        if out.shape[0] != c.num_nodes:
+        # a graph-level output of a one-node cut also has one row per node:
+        # the check's output (on more nodes) tells them apart
+        rows_per_node = out.shape[0] == c.num_nodes and (
+            isinstance(check, Exception) or check.shape[0] == context.num_nodes)
+        if not rows_per_node:
             if settings.task_level is None:
                 return None  # not node-level
             raise ValueError(f"task_level: node-level explanations need one output row per node; the model gave "

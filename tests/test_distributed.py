@@ -1,0 +1,84 @@
+"""``lrp.explain_nodes`` over two processes (gloo, spawned by the test
+itself): every rank returns what one process returns, in float64 exactly;
+ranks given different targets, and an error on one rank, stop all ranks."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import torch_geometric_lrp as lrp
+from explain_cases import DATA, build
+from torch_geometric_lrp.explainers import distributed as shard
+
+TARGETS = torch.tensor([0, 1, 17, 22, 9, 1, 29])  # batches of 2: ranks get 4 and 3 targets, a repeat across
+
+
+def same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        a, b = (a.to_dense(), b.to_dense()) if a.layout == torch.sparse_coo else (a, b)
+        return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    return a == b
+
+
+def _worker(rank: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        model = build("gcn").double()
+        x, edge_index = DATA["x"].double(), DATA["edge_index"]
+        kinds = dict(mine=dict(), per_target=dict(target=torch.tensor([0, 1, 2, 0, 1, 2, 0])),
+                     mask=dict(index=torch.arange(30) % 4 == 1))
+        for name, extra in kinds.items():
+            args = dict(index=TARGETS, batch_size=2) | extra
+            alone = lrp.explain_nodes(model, x, edge_index, distributed=False, **args)
+            shared = lrp.explain_nodes(model, x, edge_index, **args)
+            assert len(shared) == len(alone)
+            for a, b in zip(shared, alone):
+                assert a.keys() == b.keys()
+                assert all(same(a[key], b[key]) for key in a.keys()), name
+            alone = lrp.explain_nodes(model, x, edge_index, distributed=False, output="sparse", **args)
+            shared = lrp.explain_nodes(model, x, edge_index, output="sparse", **args)
+            for key in ("index", "target", "score", "relevance_total", "node_relevance", "edge_relevance"):
+                assert same(getattr(shared, key), getattr(alone, key)), (name, key)
+        # ranks that disagree on the targets are refused on every rank
+        with pytest.raises(ValueError, match="every rank must pass the same graph and targets"):
+            lrp.explain_nodes(model, x, edge_index, TARGETS[rank:])
+        # an error in one rank's block (class 9 of 3, rank 1's last target) reaches both ranks
+        bad = torch.tensor([0, 1, 2, 0, 1, 2, 9])
+        expected = ValueError if rank == 1 else RuntimeError
+        with pytest.raises(expected, match="target: class 9 is out of range"):
+            lrp.explain_nodes(model, x, edge_index, TARGETS, target=bad)
+        with open(os.path.join(out_dir, f"rank{rank}"), "w") as f:
+            f.write("ok")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_processes_return_what_one_returns(tmp_path):
+    # fork where there is one: spawned children would spend seconds importing torch and PyG again
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    mp.start_processes(_worker, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True,
+                       start_method=method)
+    assert [(tmp_path / f"rank{r}").read_text() for r in range(2)] == ["ok", "ok"]
+
+
+def test_blocks_are_whole_batches_covering_the_targets_in_order():
+    for count in (0, 1, 5, 7, 64):
+        for batch_size in (1, 2, 3, 64):
+            for size in (1, 2, 3, 8):
+                blocks = [shard.block(count, batch_size, r, size) for r in range(size)]
+                assert [i for b in blocks for i in range(count)[b]] == list(range(count))
+                assert all(b.start % batch_size == 0 for b in blocks)
+                batches = [-(-(b.stop - b.start) // batch_size) for b in blocks]
+                assert max(batches) - min(batches) <= 1
+    assert shard.block(7, 2, 0, 2) == slice(0, 4) and shard.block(7, 2, 1, 2) == slice(4, 7)
+
+
+def test_without_a_process_group():
+    assert not dist.is_initialized()
+    assert shard.world(None) == (0, 1) and shard.world(False) == (0, 1)
+    assert shard.fingerprint(torch.tensor([1, 2])) != shard.fingerprint(torch.tensor([2, 1]))

@@ -1,0 +1,161 @@
+"""``lrp.explain_nodes`` at scale: every node by default, the sparse output
+(``output='sparse'``) equal to the list output entry by entry, and the
+subgraphs of a call cut from one sort of the edge list."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_geometric_lrp as lrp
+from explain_cases import C, DATA, GCN, GINE, N, NODE_MODELS, build, edge_attr_data, one_thread_fixture, sparse_graph
+from torch_geometric_lrp.explainers import api, subgraph
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
+
+TARGETS = torch.tensor([0, 1, 17, 22, 9, 1, 29])  # neighbours, far apart, a repeat
+
+
+def dense_rows(explanations, num_nodes, num_edges, key="node_mask"):
+    """What the sparse output must hold, built from the list output."""
+    nodes = torch.zeros(len(explanations), num_nodes)
+    edges = torch.zeros(len(explanations), num_edges)
+    for k, ex in enumerate(explanations):
+        nodes[k, ex.node_index] = ex[key].sum(dim=-1)
+        edges[k, ex.edge_id] = ex.edge_mask
+    return nodes, edges
+
+
+def assert_sparse_equals_list(result, explanations, index, num_nodes, num_edges):
+    assert isinstance(result, api.NodeRelevance)
+    assert torch.equal(result.index, index)
+    nodes, edges = dense_rows(explanations, num_nodes, num_edges)
+    for matrix, dense in ((result.node_relevance, nodes), (result.edge_relevance, edges)):
+        assert matrix.layout == torch.sparse_coo and matrix.shape == dense.shape
+        assert torch.equal(matrix.to_dense(), dense)  # the same numbers, not close ones
+        assert torch.all(matrix._values() != 0)  # zeros are not stored
+        assert torch.equal(matrix._indices(), matrix.coalesce().indices())  # built coalesced
+    assert result.target.tolist() == [ex.target.tolist() for ex in explanations]
+    assert result.score.dtype == torch.float64
+    assert result.score.tolist() == [ex.score for ex in explanations]
+    assert result.relevance_total.tolist() == [ex.relevance_total for ex in explanations]
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_sparse_output_equals_the_list(name, batch_size):
+    model = build(name)
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    listed = lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=batch_size)
+    result = lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=batch_size, output="sparse")
+    assert_sparse_equals_list(result, listed, TARGETS, N, edge_index.shape[1])
+    assert result.edge_attr_relevance is None
+    # the node row of target 17 is the summed node mask of lrp.explain for 17 alone
+    full = lrp.explain(model, x, edge_index, index=17, node_mask_type="object")
+    torch.testing.assert_close(result.node_relevance.to_dense()[2], full.node_mask.view(-1), rtol=0, atol=1e-5)
+
+
+def test_every_node_by_default():
+    model = build("gcn")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    every = lrp.explain_nodes(model, x, edge_index, batch_size=8, output="sparse")
+    listed = lrp.explain_nodes(model, x, edge_index, torch.arange(N), batch_size=8)
+    assert [int(ex.node_index[ex.index]) for ex in listed] == list(range(N))
+    assert_sparse_equals_list(every, listed, torch.arange(N), N, edge_index.shape[1])
+    assert len(lrp.explain_nodes(model, x, edge_index, batch_size=8)) == N
+
+
+def test_sparse_output_with_a_mask_view_and_boolean_targets():
+    model = build("gat")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    chosen = torch.zeros(N, dtype=torch.bool)
+    chosen[[3, 17, 22]] = True
+    signed = lrp.explain_nodes(model, x, edge_index, chosen, output="sparse")
+    shown = lrp.explain_nodes(model, x, edge_index, chosen, output="sparse", mask="abs")
+    assert signed.index.tolist() == [3, 17, 22]
+    # the view applies to the node's summed relevance, as node_mask_type='object' in lrp.explain
+    assert torch.equal(shown.node_relevance.to_dense(), signed.node_relevance.to_dense().abs())
+    assert torch.equal(shown.edge_relevance.to_dense(), signed.edge_relevance.to_dense().abs())
+    assert torch.equal(shown.score, signed.score)
+
+
+def test_sparse_output_with_edge_attr():
+    torch.manual_seed(0)
+    model = GINE(C).eval()
+    x, edge_index, edge_attr = edge_attr_data()
+    targets = torch.tensor([3, 4, 20])
+    listed = lrp.explain_nodes(model, x, edge_index, targets, batch_size=2, edge_attr=edge_attr)
+    result = lrp.explain_nodes(model, x, edge_index, targets, batch_size=2, edge_attr=edge_attr, output="sparse")
+    assert_sparse_equals_list(result, listed, targets, N, edge_index.shape[1])
+    expected = torch.zeros(3, edge_index.shape[1])
+    for k, ex in enumerate(listed):
+        expected[k, ex.edge_id] = ex.edge_attr_mask.sum(dim=-1)
+    assert result.edge_attr_relevance is not None and result.edge_attr_relevance.to_dense().abs().sum() > 0
+    assert torch.equal(result.edge_attr_relevance.to_dense(), expected)
+
+
+def test_sparse_output_after_a_fallback_to_the_full_graph():
+    class Normalized(GCN):
+        def logits(self, x, edge_index):
+            h = F.normalize(F.relu(self.conv1(x, edge_index)), dim=0)
+            return self.conv2(h, edge_index)
+
+    torch.manual_seed(0)
+    model = Normalized(C).eval()
+    x, edge_index = sparse_graph()
+    targets = torch.tensor([4, 30])
+    with pytest.warns(lrp.explainers.SubgraphWarning):
+        listed = lrp.explain_nodes(model, x, edge_index, targets, batch_size=2)
+    with pytest.warns(lrp.explainers.SubgraphWarning):
+        result = lrp.explain_nodes(model, x, edge_index, targets, batch_size=2, output="sparse")
+    assert listed[0].node_index.numel() == x.shape[0]  # explained on the full graph
+    assert_sparse_equals_list(result, listed, targets, x.shape[0], edge_index.shape[1])
+
+
+def test_no_targets():
+    model = build("gcn")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    none = torch.empty(0, dtype=torch.long)
+    assert lrp.explain_nodes(model, x, edge_index, none) == []
+    result = lrp.explain_nodes(model, x, edge_index, none, output="sparse")
+    assert result.node_relevance.shape == (0, N) and result.edge_relevance.shape == (0, edge_index.shape[1])
+    assert result.score.numel() == 0 and result.target.numel() == 0
+
+
+def test_one_sort_of_the_edge_list_per_call(monkeypatch):
+    """The subgraphs of all batches come from one Incidence; PyG's
+    k_hop_subgraph (a scan of the edge list per call) is not used."""
+    built = []
+    real = subgraph.Incidence
+
+    def counted(*args):
+        built.append(args)
+        return real(*args)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("k_hop_subgraph scans the whole edge list")
+
+    monkeypatch.setattr(api, "Incidence", counted)
+    monkeypatch.setattr("torch_geometric.utils.k_hop_subgraph", refused)
+    model = build("gcn")
+    for output in ("list", "sparse"):
+        lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, batch_size=2, output=output)
+    assert len(built) == 2  # one per call, not one per batch (4 batches each) or per target
+
+
+def test_progress_bar(capsys):
+    model = build("gcn")
+    lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, batch_size=3, progress=True, output="sparse")
+    err = capsys.readouterr().err
+    assert "LRP" in err and "3/3" in err and "<" in err  # batches done / all, elapsed < left
+
+
+def test_bad_arguments_are_named():
+    model = build("gcn")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    with pytest.raises(ValueError, match=r"output: must be one of \['list', 'sparse'\], got 'dense'"):
+        lrp.explain_nodes(model, x, edge_index, TARGETS, output="dense")
+    with pytest.raises(ValueError, match="distributed: must be None, True or False, got 'yes'"):
+        lrp.explain_nodes(model, x, edge_index, TARGETS, distributed="yes")
+    with pytest.raises(ValueError, match="distributed: True needs an initialised default process group"):
+        lrp.explain_nodes(model, x, edge_index, TARGETS, distributed=True)

@@ -1,0 +1,346 @@
+"""Relevant walks and subgraph relevance against slow dense references."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+from torch_geometric.nn import APPNP, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, global_add_pool
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+from torch_geometric.utils import erdos_renyi_graph, to_dense_adj
+
+import torch_geometric_lrp as lrp
+from torch_geometric_lrp.rules import AlphaBeta, Epsilon, Gamma
+
+
+def graph(n=7, p=0.35, seed=0, features=3, directed=False):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g, dtype=torch.float64)
+    torch.manual_seed(seed)
+    return x, erdos_renyi_graph(n, p, directed=directed)
+
+
+class Net(torch.nn.Module):
+    """``layers`` x (conv -> ReLU), the last conv without ReLU, optional head."""
+
+    def __init__(self, kind="GCN", channels=(3, 4, 3), bias=True, head=None):
+        super().__init__()
+        make = {
+            "GCN": lambda i, o: GCNConv(i, o, bias=bias),
+            "GraphConv": lambda i, o: GraphConv(i, o, bias=bias),
+            "SAGE": lambda i, o: SAGEConv(i, o, bias=bias),
+            "GIN": lambda i, o: GINConv(torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(),
+                                                            torch.nn.Linear(o, o))),
+            "GAT": lambda i, o: GATConv(i, o, heads=2, concat=False, bias=bias),
+        }[kind]
+        self.convs = torch.nn.ModuleList(make(i, o) for i, o in zip(channels[:-1], channels[1:]))
+        self.head = None if head is None else torch.nn.Linear(channels[-1], head)
+
+    def forward(self, x, edge_index, batch=None):
+        for k, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if k < len(self.convs) - 1 or self.head is not None:
+                x = x.relu()
+        if batch is not None:
+            x = global_add_pool(x, batch)
+        return x if self.head is None else self.head(x)
+
+
+def model_of(kind="GCN", seed=0, **kw):
+    torch.manual_seed(seed)
+    model = Net(kind, **kw).double()
+    for p in model.parameters():  # biases away from 0, so that they matter
+        if p.dim() == 1:
+            torch.nn.init.uniform_(p, -0.5, 0.5)
+    return model.eval()
+
+
+def dense_gcn(edge_index, n):
+    """``A[i, j]``: the GCN coefficient of message j -> i, self-loops included."""
+    ei, w = gcn_norm(edge_index, None, n, add_self_loops=True, dtype=torch.float64)
+    return to_dense_adj(ei, edge_attr=w, max_num_nodes=n)[0].T
+
+
+def reference_walks(model, x, edge_index, t, c, rule):
+    """GNN-LRP walk relevance of a 2-layer GCN with biases and no head, one
+    rule on both layers, by explicit loops over walks (a -> b -> t):
+
+    R^b_k = h_bk sum_c' A[t, b] W~2[k, c'] R2[t, c'] / s(z~2[t, c'])
+    R^ab = sum_f x_af sum_k A[b, a] W~1[f, k] R^b_k / s(z~1[b, k])
+    with z~ = A h W~ + b~ (W~ = W + g W+, b~ = b + g b+ for Gamma(g); the
+    plain map for Epsilon) and s(z) = z + eps sign(z).
+    """
+    n = x.shape[0]
+    A = dense_gcn(edge_index, n)
+    gamma = rule.gamma if isinstance(rule, Gamma) else 0.0
+    eps = rule.epsilon
+
+    def mod(p):
+        return p + gamma * p.clamp(min=0)
+
+    def stab(z):
+        return z + eps * torch.where(z >= 0, 1.0, -1.0).to(z.dtype)
+
+    c1, c2 = model.convs
+    W1, W2 = c1.lin.weight.detach().T, c2.lin.weight.detach().T
+    b1, b2 = c1.bias.detach(), c2.bias.detach()
+    z1 = A @ x @ W1 + b1
+    h1 = z1.relu()
+    z2 = A @ h1 @ W2 + b2
+    zt1, zt2 = A @ x @ mod(W1) + mod(b1), A @ h1 @ mod(W2) + mod(b2)
+    out = {}
+    for a, b in itertools.product(range(n), range(n)):
+        if A[t, b] == 0 or A[b, a] == 0:
+            continue
+        Rb = torch.zeros(W2.shape[0], dtype=torch.float64)
+        for k in range(W2.shape[0]):
+            Rb[k] = h1[b, k] * A[t, b] * mod(W2)[k, c] * z2[t, c] / stab(zt2[t, c])
+        r = 0.0
+        for f in range(x.shape[1]):
+            for k in range(W1.shape[1]):
+                r += x[a, f] * A[b, a] * mod(W1)[f, k] * Rb[k] / stab(zt1[b, k])
+        out[(a, b, t)] = float(r)
+    return out
+
+
+def test_lrp0_walks_equal_the_dense_formula():
+    """Bias-free 2-layer GCN under LRP-0 (the issue's formula):
+    R(a, b, t) = sum_{f,k} A[t,b] W2[k,c] D1[b,k] A[b,a] X[a,f] W1[f,k]."""
+    x, ei = graph(8, 0.3, seed=1, directed=True)
+    model = model_of("GCN", seed=1, bias=False)
+    t = 2
+    w = lrp.walks(model, x, ei, t, rules=Epsilon(0.0))
+    c = int(w.target)
+    A = dense_gcn(ei, 8)
+    W1, W2 = model.convs[0].lin.weight.detach().T, model.convs[1].lin.weight.detach().T
+    D1 = ((A @ x @ W1) > 0).double()
+    expected = {}
+    for a, b in itertools.product(range(8), range(8)):
+        r = sum(A[t, b] * W2[k, c] * D1[b, k] * A[b, a] * x[a, f] * W1[f, k]
+                for f in range(3) for k in range(4))
+        if A[t, b] != 0 and A[b, a] != 0:
+            expected[(a, b, t)] = float(r)
+    got = {tuple(p): float(r) for p, r in zip(w.walks.tolist(), w.relevance)}
+    assert set(got) <= set(expected)
+    for key, value in expected.items():
+        assert got.get(key, 0.0) == pytest.approx(value, abs=1e-8)
+    out = model(x, ei)
+    assert sum(got.values()) == pytest.approx(float(out[t, c].detach()), abs=1e-8)  # no bias: walks sum to the score
+
+
+@pytest.mark.parametrize("rule", [Epsilon(0.1), Gamma(0.25, epsilon=1e-9), Gamma(1.0, epsilon=0.05)])
+def test_walks_with_biases_equal_the_gnn_lrp_reference(rule):
+    x, ei = graph(7, 0.35, seed=2, directed=True)
+    model = model_of("GCN", seed=2)
+    t = 4
+    w = lrp.walks(model, x, ei, t, rules=rule)
+    expected = reference_walks(model, x, ei, t, int(w.target), rule)
+    got = {tuple(p): float(r) for p, r in zip(w.walks.tolist(), w.relevance)}
+    assert len(got) == w.num_walks and set(got) <= set(expected)
+    scale = max(abs(v) for v in expected.values())
+    for key, value in expected.items():
+        assert got.get(key, 0.0) == pytest.approx(value, abs=1e-8 * scale)
+
+
+@pytest.mark.parametrize("kind", ["GCN", "GraphConv", "SAGE", "GIN", "GAT"])
+@pytest.mark.parametrize("rule", [None, Epsilon(1e-3), Gamma(0.25), AlphaBeta(2, 1)])
+def test_walks_split_first_order_relevance(kind, rule):
+    """Walks sum to the relevance of x that lrp.explain gives (its own
+    backward), node by node over their start nodes."""
+    x, ei = graph(7, 0.35, seed=3)
+    model = model_of(kind, seed=3, channels=(3, 4, 4, 3))
+    w = lrp.walks(model, x, ei, 1, rules=rule)
+    explanation = lrp.explain(model, x, ei, index=1, rules=rule, subgraph=False)
+    first = explanation.node_mask.sum(dim=-1)
+    per_start = torch.zeros(7, dtype=torch.float64).index_add_(0, w.walks[:, 0], w.relevance)
+    torch.testing.assert_close(per_start, first, rtol=1e-9, atol=1e-10)
+    assert w.relevance_total == pytest.approx(explanation.relevance_total, rel=1e-9)
+    assert w.walks.shape[1] == 4 and bool((w.walks[:, -1] == 1).all())
+    assert len(w) == w.num_walks
+    assert bool((w.relevance.abs()[:-1] >= w.relevance.abs()[1:]).all())  # largest first
+
+
+def test_walks_follow_edges_and_self_steps():
+    x, ei = graph(9, 0.25, seed=4, directed=True)
+    model = model_of("GCN", seed=4, channels=(3, 4, 4, 3))
+    w = lrp.walks(model, x, ei, 0)
+    allowed = {tuple(e) for e in ei.T.tolist()} | {(v, v) for v in range(9)}
+    for walk in w.walks.tolist():
+        assert all((a, b) in allowed for a, b in zip(walk[:-1], walk[1:]))
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 12))
+def test_top_k_equals_the_top_of_every_walk(seed, k):
+    x, ei = graph(8, 0.3, seed=seed)
+    model = model_of("GraphConv", seed=seed, channels=(3, 4, 4, 2))
+    every = lrp.walks(model, x, ei, seed % 8, rules=Gamma(0.25))
+    top = lrp.walks(model, x, ei, seed % 8, rules=Gamma(0.25), top_k=k)
+    k = min(k, len(every))
+    assert len(top) == k and top.num_walks == every.num_walks
+    torch.testing.assert_close(top.relevance.abs(), every.relevance[:k].abs(), rtol=1e-12, atol=1e-15)
+    lookup = {tuple(p): float(r) for p, r in zip(every.walks.tolist(), every.relevance)}
+    for p, r in zip(top.walks.tolist(), top.relevance.tolist()):
+        assert lookup[tuple(p)] == pytest.approx(r, rel=1e-12, abs=1e-15)
+
+
+def test_subgraph_relevance_is_the_walks_inside_the_set():
+    x, ei = graph(8, 0.35, seed=5)
+    model = model_of("GIN", seed=5, channels=(3, 4, 4, 3))
+    w = lrp.walks(model, x, ei, 3, rules=Gamma(0.25))
+    g = torch.Generator().manual_seed(0)
+    sets = [torch.randperm(8, generator=g)[:s] for s in (2, 4, 6)] + [torch.arange(8)]
+    batch = lrp.subgraph_relevance(model, x, ei, sets, 3, rules=Gamma(0.25))
+    for s, value in zip(sets, batch):
+        inside = torch.isin(w.walks, s).all(dim=1)
+        expected = float(w.relevance[inside].sum())
+        assert float(value) == pytest.approx(expected, abs=1e-10)
+        one = lrp.subgraph_relevance(model, x, ei, s, 3, rules=Gamma(0.25))
+        assert isinstance(one, float) and one == pytest.approx(float(value), abs=1e-12)
+    assert float(batch[-1]) == pytest.approx(w.relevance_total, rel=1e-9)
+    mask = torch.zeros(8, dtype=torch.bool)
+    mask[sets[1]] = True
+    assert lrp.subgraph_relevance(model, x, ei, mask, 3, rules=Gamma(0.25)) == pytest.approx(float(batch[1]))
+
+
+def test_leave_one_out_subgraph_relevance_is_the_walks_through_a_node():
+    x, ei = graph(7, 0.4, seed=6)
+    model = model_of("GCN", seed=6, channels=(3, 4, 4, 3))
+    w = lrp.walks(model, x, ei, 5)
+    everything = lrp.subgraph_relevance(model, x, ei, torch.arange(7), 5)
+    without = lrp.subgraph_relevance(model, x, ei, ~torch.eye(7, dtype=torch.bool), 5)
+    torch.testing.assert_close(everything - without, w.node_mask(), rtol=1e-9, atol=1e-12)
+
+
+def test_graph_level_walks_end_at_every_node_of_the_graph():
+    x, ei = graph(10, 0.3, seed=7)
+    keep = (ei < 5).all(0) | (ei >= 5).all(0)  # two graphs: nodes 0-4 and 5-9
+    ei = ei[:, keep]
+    batch = torch.tensor([0] * 5 + [1] * 5)
+    model = model_of("GIN", seed=7, channels=(3, 4, 4), head=2)
+    w = lrp.walks(model, x, ei, 1, batch=batch)
+    assert bool((w.walks >= 5).all())
+    assert set(w.walks[:, -1].tolist()) == set(range(5, 10))
+    explanation = lrp.explain(model, x, ei, index=1, batch=batch)
+    per_start = torch.zeros(10, dtype=torch.float64).index_add_(0, w.walks[:, 0], w.relevance)
+    torch.testing.assert_close(per_start, explanation.node_mask.sum(-1), rtol=1e-9, atol=1e-10)
+
+
+def test_explanation_view_counts_every_step():
+    x, ei = graph(7, 0.35, seed=8)
+    model = model_of("GCN", seed=8, channels=(3, 4, 4, 3))
+    w = lrp.walks(model, x, ei, 2)
+    explanation = w.to_explanation(x)
+    explanation.validate(raise_on_error=True)
+    steps = w.walks.shape[1] - 1
+    total = float(explanation.edge_mask.sum() + explanation.self_loop_relevance.sum())
+    assert total == pytest.approx(steps * float(w.relevance.sum()), rel=1e-9)
+    # a walk's relevance lands on the edges it takes
+    one = lrp.walks(model, x, ei, 2, top_k=1)
+    a, b = one.walks[0, 0].item(), one.walks[0, 1].item()
+    edge, loops = one.edge_mask()
+    if a != b:
+        at = ((ei[0] == a) & (ei[1] == b)).nonzero().view(-1)
+        assert float(edge[at].sum()) == pytest.approx(float(one.relevance[0]) * int((one.walks[0, :-1] == a).logical_and(
+            one.walks[0, 1:] == b).sum()))
+    assert explanation.node_mask.shape == (7, 1)
+
+
+def test_the_model_is_left_as_it_was():
+    x, ei = graph(7, 0.35, seed=9)
+    model = model_of("GAT", seed=9, channels=(3, 4, 3))
+    before = model(x, ei)
+    hooks = [dict(m._forward_hooks) for m in model.modules()]
+    lrp.walks(model, x, ei, 0, top_k=3)
+    lrp.subgraph_relevance(model, x, ei, [0, 1, 2], 0)
+    assert [dict(m._forward_hooks) for m in model.modules()] == hooks
+    torch.testing.assert_close(model(x, ei), before)
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = GCNConv(3, 3), GCNConv(3, 3)
+
+    def forward(self, x, edge_index):
+        h = self.a(x, edge_index).relu()
+        return self.b(h, edge_index) + h
+
+
+def test_refusals_name_the_argument():
+    x, ei = graph(7, 0.35, seed=10)
+    model = model_of("GCN", seed=10)
+    with pytest.raises(ValueError, match="skip or residual"):
+        lrp.walks(Residual().double(), x, ei, 0)
+    with pytest.raises(ValueError, match="APPNP"):
+        lrp.walks(torch.nn.Sequential(APPNP(K=3, alpha=0.1)), x, ei, 0)
+    with pytest.raises(ValueError, match="top_k"):
+        lrp.walks(model, x, ei, 0, top_k=0)
+    with pytest.raises(ValueError, match=r"there are \d+ walks"):
+        lrp.walks(model, x, ei, 0, max_walks=2)
+    with pytest.raises(ValueError, match="index"):
+        lrp.walks(model, x, ei, 70)
+    with pytest.raises(ValueError, match="index"):
+        lrp.walks(model, x, ei, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="nodes"):
+        lrp.subgraph_relevance(model, x, ei, torch.zeros(3, dtype=torch.bool), 0)
+    with pytest.raises(ValueError, match="nodes"):
+        lrp.subgraph_relevance(model, x, ei, [0, 99], 0)
+    with pytest.raises(TypeError, match="rules"):
+        lrp.walks(model, x, ei, 0, rules="gamma")
+    with pytest.raises(ValueError, match="message-passing"):
+        lrp.walks(torch.nn.Linear(3, 2).double(), x, ei, 0)
+
+
+class Global(torch.nn.Module):
+    """Reads a statistic over all nodes: its subgraph does not explain it."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = GCNConv(3, 4), GCNConv(4, 3)
+
+    def forward(self, x, edge_index):
+        h = self.a(x, edge_index).relu()
+        return self.b(h - h.detach().mean(0), edge_index)
+
+
+def test_a_node_of_a_large_graph_is_explained_on_its_subgraph():
+    x, ei = graph(80, 0.025, seed=11)
+    model = model_of("GCN", seed=11)
+    w = lrp.walks(model, x, ei, 7)
+    explanation = lrp.explain(model, x, ei, index=7, subgraph=False)
+    per_start = torch.zeros(80, dtype=torch.float64).index_add_(0, w.walks[:, 0], w.relevance)
+    torch.testing.assert_close(per_start, explanation.node_mask.sum(-1), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(w.node_relevance, explanation.node_mask.sum(-1), rtol=1e-9, atol=1e-12)
+    assert bool((w.walks[:, -1] == 7).all()) and w.num_nodes == 80
+    inside = lrp.subgraph_relevance(model, x, ei, torch.arange(80), 7)
+    assert inside == pytest.approx(w.relevance_total, rel=1e-9)
+
+
+def test_a_model_that_reads_the_whole_graph_falls_back_to_it():
+    x, ei = graph(80, 0.025, seed=12)
+    torch.manual_seed(12)
+    model = Global().double().eval()
+    with pytest.warns(lrp.SubgraphWarning):
+        w = lrp.walks(model, x, ei, 3)
+    explanation = lrp.explain(model, x, ei, index=3, subgraph=False)
+    per_start = torch.zeros(80, dtype=torch.float64).index_add_(0, w.walks[:, 0], w.relevance)
+    torch.testing.assert_close(per_start, explanation.node_mask.sum(-1), rtol=1e-9, atol=1e-12)
+
+
+def test_a_backward_that_vmap_cannot_batch_is_run_seed_by_seed(monkeypatch):
+    x, ei = graph(7, 0.35, seed=13)
+    model = model_of("GCN", seed=13, channels=(3, 4, 4, 3))
+    batched = lrp.walks(model, x, ei, 2, rules=Gamma(0.25))
+    grad = torch.autograd.grad
+
+    def no_vmap(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            raise RuntimeError("vmap: aten::scatter_add_(self, *extra_args) is not possible")
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    one_by_one = lrp.walks(model, x, ei, 2, rules=Gamma(0.25))
+    assert torch.equal(one_by_one.walks, batched.walks)
+    torch.testing.assert_close(one_by_one.relevance, batched.relevance, rtol=1e-12, atol=1e-15)

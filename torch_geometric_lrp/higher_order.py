@@ -1,0 +1,630 @@
+r"""Higher-order relevance: relevant walks and subgraph relevance (GNN-LRP).
+
+Once the forward is done, the relevance pass is a *linear* map of the seed:
+every rule hands relevance on in fixed proportions (the denominators and
+gates come from the forward). So the relevance that reaches the input can be
+split by the nodes it passed on the way.
+
+**Levels.** Let :math:`h^{(1)}, \dots, h^{(L)}` be the outputs of the model's
+``L`` message-passing calls, in call order, and :math:`h^{(0)} = x`. The
+*state* :math:`u_m` of level ``m`` is what the backward holds there: the
+gradients of the streams of :math:`h^{(m)}`'s linear map, one row per node
+(:meth:`~torch_geometric_lrp.RelevanceMode.streams_of`). Step ``m`` maps
+:math:`u_m` to :math:`u_{m-1}` linearly; its block :math:`B_m[j, i]` carries
+row ``i`` of level ``m`` to row ``j`` of level ``m - 1``, and is non-zero only
+where layer ``m`` passes a message from ``j`` to ``i`` (an edge, a self-loop
+or a root term). At level 0 the state is the relevance of ``x``.
+
+**Walks.** A walk :math:`(j_0, \dots, j_L)` is the relevance that passes row
+:math:`j_L` of :math:`h^{(L)}`, ..., row :math:`j_1` of :math:`h^{(1)}` and
+lands on node :math:`j_0` of ``x``:
+
+.. math::
+
+    R_{j_0 \dots j_L} = \mathbf 1^\top B_1[j_0, j_1]\, B_2[j_1, j_2] \cdots
+    B_L[j_{L-1}, j_L]\; u_L[j_L].
+
+Since the rows of each level partition it, the walks sum to the first-order
+relevance of ``x`` (node by node: the walks from :math:`j_0` sum to
+:math:`j_0`'s relevance). For LRP-0 on a bias-free GCN this is Schnake et
+al.'s walk relevance; with ε and γ it is their GNN-LRP with the rule applied
+to whole layers. Node-level targets end their walks at the target; a graph-
+level target at every node that feeds the readout.
+
+**Subgraph relevance** (Xiong et al., sGNN-LRP, 2022) of a node set ``S`` is
+the relevance of all walks inside ``S``: the same backward with every
+level's state masked to the rows of ``S``, ``L`` masked steps, no
+enumeration.
+
+The blocks come from the relevance pass itself: one batched backward
+(``torch.autograd.grad(..., is_grads_batched=True)``) of each step, seeded
+with the unit vectors of the rows that relevance reaches. So every rule and
+layer of the relevance pass has walks, with no per-layer code.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.explain import Explanation
+from torch_geometric.explain.config import ModelMode, ModelTaskLevel
+from torch_geometric.nn import MessagePassing
+
+from .explainers.core import Pass, Settings, _fall_back, _resolve, _same
+from .explainers.subgraph import Cut, count_hops, cut, message_flow, slice_inputs
+from .explainers.targets import check_edge_index, check_rules, check_target, check_x, seed_of
+from .mode import unwrap
+from .rules import Rule
+
+__all__ = ["Walks", "walks", "subgraph_relevance", "MAX_WALKS"]
+
+#: ``walks(top_k=None)`` refuses to enumerate more walks than this by default.
+MAX_WALKS = 1_000_000
+
+# elements of one batched backward's output (the blocks of a chunk of rows)
+_BUDGET = 2 ** 24
+
+
+@dataclass
+class Walks:
+    """Relevant walks of one explained output.
+
+    Attributes
+    ----------
+    walks : LongTensor ``[K, L + 1]``
+        Node ids in message order: the input node first, the explained node
+        (node level) or the readout's node (graph level) last. Equal
+        consecutive ids are self steps (a self-loop or a root term).
+    relevance : Tensor ``[K]``
+        Relevance of each walk, largest ``|relevance|`` first.
+    score : float
+        The explained score (the seed).
+    relevance_total : float
+        First-order relevance of ``x``: what all walks sum to.
+    num_walks : int
+        How many walks carry relevance (``K`` when all were returned).
+    index, target
+        The explained output row and its target.
+    """
+
+    walks: Tensor
+    relevance: Tensor
+    score: float
+    relevance_total: float
+    num_walks: int
+    index: int
+    target: Tensor
+    num_nodes: int
+    edge_index: Tensor
+    flow: str = "source_to_target"
+    node_relevance: Tensor = field(default=None, repr=False)  # first-order relevance of x, per node
+
+    def __len__(self) -> int:
+        return self.walks.shape[0]
+
+    def node_mask(self) -> Tensor:
+        """``[N]``: per node, the relevance of the walks that pass it (each
+        walk counted once per node it visits)."""
+        mask = torch.zeros(self.num_nodes, dtype=self.relevance.dtype, device=self.relevance.device)
+        if len(self):  # one (walk, node) key per node a walk visits
+            walk = torch.arange(len(self), device=self.walks.device)[:, None]
+            visits = torch.unique(walk * self.num_nodes + self.walks)
+            mask.index_add_(0, visits % self.num_nodes, self.relevance[visits // self.num_nodes])
+        return mask
+
+    def edge_mask(self) -> tuple[Tensor, Tensor]:
+        """``([E], [N])``: per input edge, the relevance of the walk steps
+        along it (summed over steps and walks; a step along parallel edges is
+        split evenly), and per node the relevance of self steps that no
+        self-loop edge carries."""
+        n, e = self.num_nodes, self.edge_index.shape[1]
+        dtype, device = self.relevance.dtype, self.relevance.device
+        edge, loops = torch.zeros(e, dtype=dtype, device=device), torch.zeros(n, dtype=dtype, device=device)
+        if not len(self) or self.walks.shape[1] < 2:
+            return edge, loops
+        src, dst = self.walks[:, :-1].reshape(-1), self.walks[:, 1:].reshape(-1)
+        if self.flow == "target_to_source":
+            src, dst = dst, src
+        value = self.relevance[:, None].expand(-1, self.walks.shape[1] - 1).reshape(-1)
+        step_key, edge_key = src * n + dst, self.edge_index[0] * n + self.edge_index[1]
+        keys, inverse = torch.unique(edge_key, return_inverse=True)
+        per_key = torch.zeros(keys.numel(), dtype=dtype, device=device)
+        if keys.numel():
+            position = torch.searchsorted(keys, step_key).clamp(max=keys.numel() - 1)
+            found = keys[position] == step_key
+            per_key.index_add_(0, position[found], value[found])
+        else:
+            found = torch.zeros_like(step_key, dtype=torch.bool)
+        multiplicity = torch.bincount(inverse, minlength=keys.numel()).to(dtype)
+        edge = (per_key / multiplicity.clamp(min=1))[inverse]
+        self_steps = ~found & (src == dst)
+        loops.index_add_(0, src[self_steps], value[self_steps])
+        return edge, loops
+
+    def to_explanation(self, x: Optional[Tensor] = None) -> Explanation:
+        """The walks as PyG masks, for PyG's metrics and for comparing with
+        first-order masks: ``node_mask`` ``[N, 1]`` (:meth:`node_mask`),
+        ``edge_mask`` ``[E]`` and ``self_loop_relevance`` ``[N]``
+        (:meth:`edge_mask`); ``x`` and ``edge_index`` of the explained graph."""
+        edge, loops = self.edge_mask()
+        explanation = Explanation(node_mask=self.node_mask()[:, None], edge_mask=edge, x=x,
+                                  edge_index=self.edge_index)
+        explanation.self_loop_relevance = loops
+        explanation.index = self.index
+        explanation.target = self.target
+        explanation.score = self.score
+        explanation.relevance_total = float(self.relevance.sum())
+        return explanation
+
+
+class _Steps:
+    """The levels of one relevance pass and the backward of each step.
+
+    States are ``[B, N, W_m]``: ``B`` seeds side by side, ``W_m`` the widths
+    of level ``m``'s streams, concatenated.
+    """
+
+    def __init__(self, x: Tensor, levels: list[tuple[Tensor, ...]], out: Tensor, seed: Tensor):
+        self.x, self.levels, self.out, self.seed = x, levels, out, seed
+        self.n = x.shape[0]
+
+    @property
+    def depth(self) -> int:
+        return len(self.levels)
+
+    def _tensors(self, m: int) -> tuple[Tensor, ...]:
+        return (self.x,) if m == 0 else self.levels[m - 1]
+
+    def width(self, m: int) -> int:
+        return sum(t[0].numel() if t.dim() else 1 for t in self._tensors(m))
+
+    def _flat(self, grads: Sequence[Optional[Tensor]], m: int, batch: int) -> Tensor:
+        parts = [torch.zeros(batch, self.n, t[0].numel(), dtype=t.dtype, device=t.device) if g is None
+                 else g.reshape(batch, self.n, -1) for t, g in zip(self._tensors(m), grads)]
+        return torch.cat(parts, dim=-1)
+
+    def start(self) -> Tensor:
+        """The state of level ``L`` for the seed: ``[1, N, W_L]``."""
+        grads = torch.autograd.grad(self.out, self._tensors(self.depth), self.seed, retain_graph=True,
+                                    allow_unused=True)
+        return self._flat(grads, self.depth, 1)
+
+    def first_order(self) -> Tensor:
+        """Relevance of ``x`` for the seed, by the plain backward: ``[N, F]``."""
+        (grad,) = torch.autograd.grad(self.out, [self.x], self.seed, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(self.x) if grad is None else grad
+
+    def step(self, m: int, states: Tensor) -> Tensor:
+        """States of level ``m`` (``[B, N, W_m]``) to level ``m - 1``."""
+        outputs = self._tensors(m)
+        grads, start = [], 0
+        for t in outputs:
+            size = t[0].numel()
+            grads.append(states[..., start:start + size].reshape(states.shape[0], *t.shape))
+            start += size
+        inputs = self._tensors(m - 1)
+        try:
+            found = torch.autograd.grad(outputs, inputs, grads, retain_graph=True, allow_unused=True,
+                                        is_grads_batched=True)
+        except RuntimeError as error:
+            if "vmap" not in str(error) and "Batching rule" not in str(error):
+                raise
+            # A backward that torch.func.vmap cannot batch (an in-place op on an
+            # unbatched tensor, in a user's own autograd Function): seed by seed.
+            found = [None if all(g is None for g in column) else
+                     torch.stack([torch.zeros_like(t) if g is None else g for g in column])
+                     for t, column in zip(inputs, zip(*[
+                         torch.autograd.grad(outputs, inputs, [g[b] for g in grads], retain_graph=True,
+                                             allow_unused=True) for b in range(states.shape[0])]))]
+        return self._flat(found, m - 1, states.shape[0])
+
+    def blocks(self, m: int, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Step ``m``'s non-zero blocks from the ``rows`` of level ``m``:
+        ``(j, i, B)`` with ``B[p]`` (``[W_{m-1}, W_m]``) carrying row ``i[p]``
+        to row ``j[p]``."""
+        w, w_below = self.width(m), self.width(m - 1)
+        chunk = max(1, _BUDGET // max(1, w * self.n * w_below))
+        js, is_, bs = [], [], []
+        dtype, device = self.x.dtype, self.x.device
+        for start in range(0, rows.numel(), chunk):
+            r = rows[start:start + chunk]
+            seeds = torch.zeros(r.numel() * w, self.n, w, dtype=dtype, device=device)
+            unit = torch.arange(r.numel() * w, device=device)
+            seeds[unit, r.repeat_interleave(w), unit % w] = 1
+            below = self.step(m, seeds).view(r.numel(), w, self.n, w_below)
+            a, j = (below.abs().amax(dim=(1, 3)) > 0).nonzero(as_tuple=True)
+            js.append(j)
+            is_.append(r[a])
+            bs.append(below[a, :, j, :].transpose(1, 2))
+        if not js:
+            empty = rows.new_zeros(0)
+            return empty, empty, torch.zeros(0, w_below, w, dtype=dtype, device=device)
+        return torch.cat(js), torch.cat(is_), torch.cat(bs)
+
+
+def _message_passing_calls(model: torch.nn.Module) -> list[MessagePassing]:
+    """The outermost message-passing modules (a layer inside another is part of it)."""
+    inner = set()
+    for module in model.modules():
+        if isinstance(module, MessagePassing):
+            inner.update(id(m) for m in module.modules() if m is not module)
+    layers = [m for m in model.modules() if isinstance(m, MessagePassing) and id(m) not in inner]
+    for layer in layers:
+        hops = count_hops(layer)
+        if hops != 1:
+            raise ValueError(f"model: {type(layer).__name__} passes messages {hops} hops in one call; a walk takes "
+                             f"one step per message-passing call, so walks need layers of one hop each "
+                             f"(APPNP, SGConv with K > 1 and ChebConv with K > 2 are not).")
+    return layers
+
+
+def _check_index(index, name: str = "index") -> int:
+    if isinstance(index, Tensor):
+        if index.numel() != 1:
+            raise ValueError(f"{name}: walks explain one output row; got {index.numel()} rows. Call once per row.")
+        index = index.item()
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"{name}: expected the output row to explain as an int >= 0, got {index!r}.")
+    return index
+
+
+def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, rules, kwargs: dict, body):
+    """Check the arguments, run one relevance pass with the levels recorded
+    and return ``body(steps, info)``.
+
+    A node-level target is explained on its computation subgraph (the cut of
+    :mod:`~torch_geometric_lrp.explainers.subgraph`) where that is at most
+    half the graph and proves itself: the target's output equals the full
+    graph's, and no relevance reaches the nodes kept for the degrees only.
+    Otherwise (and for graph-level targets) on the whole input."""
+    check_x(x)
+    check_edge_index(edge_index, None)
+    check_rules(rules)
+    index = _check_index(index)
+    settings = Settings(rules=rules, track_edges=False, strict=True)
+    check_target(target, None)
+    layers = _message_passing_calls(unwrap(model))
+    if not layers:
+        raise ValueError(f"model: {type(model).__name__} has no message-passing layer, so it has no walks.")
+    n, e = x.shape[0], edge_index.shape[1]
+    if index < n:
+        c = cut(torch.tensor([index], device=x.device), count_hops(model), edge_index, n, message_flow(model))
+        if 2 * c.num_nodes <= n and not slice_inputs(kwargs, c, n, e)[1]:
+            result = _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, body, c)
+            if result is not None:
+                return result
+    return _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, body, None)
+
+
+def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, body, c: Optional[Cut]):
+    """The pass on the cut ``c`` (``None`` where it does not prove itself)
+    or on the whole input."""
+    levels: list[tuple[Tensor, ...]] = []
+    n, e = x.shape[0], edge_index.shape[1]
+    with Pass(model, settings) as p:
+        def record(module, args, output):
+            if not isinstance(output, Tensor):
+                raise TypeError(f"model: walks read the output of each message-passing layer; "
+                                f"{type(module).__name__} returned a {type(output).__name__}.")
+            alias = p.mode.alias(output)  # a handle of its own: every use of the output passes it
+            levels.append(p.mode.streams_of(alias))
+            return alias
+
+        inputs = kwargs if c is None else slice_inputs(kwargs, c, n, e)[0]
+        hooks = [layer.register_forward_hook(record) for layer in layers]
+        try:
+            out = p.forward(x if c is None else x[c.nodes], edge_index if c is None else c.edge_index, inputs)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        rows_n = n if c is None else c.num_nodes
+        full = None if c is None else p.plain(x, edge_index, kwargs)
+        if c is not None and (out.shape[0] != c.num_nodes or full.shape[0] != n):
+            return None  # not node-level: the whole input
+        level, mode, _ = _resolve(p, settings, rows_n, edge_index if c is None else c.edge_index, inputs)
+        if level == ModelTaskLevel.edge:
+            raise ValueError("task_level: walks explain node- and graph-level outputs; this model is edge-level.")
+        if c is not None and level != ModelTaskLevel.node:
+            return None
+        if index >= (out.shape[0] if c is None else n):
+            raise ValueError(f"index: row {index} is out of range for an output of {out.shape[0]} rows.")
+        if c is not None and not _same(out.detach()[c.index], full[index:index + 1]):
+            _fall_back(model, "the target's output on its computation subgraph differs from the full graph's")
+            return None
+        checked = check_target(target, mode)
+        place = torch.tensor([index], device=out.device) if c is None else c.index
+        rows = torch.tensor([index], device=out.device)
+        seed, explained = seed_of(p.logits, place, rows, n, checked, mode)
+        steps = _Steps(p.x, levels, out, seed.view_as(out))
+        start, first = steps.start(), steps.first_order()
+        reached = _check_chain(steps, start, first)
+        if c is not None and bool(reached[:, c.ring].any()):
+            _fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
+            return None
+        info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
+                    start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n)
+        return body(steps, info)
+
+
+def _chain(steps: _Steps, state: Tensor, masks: Optional[Tensor] = None) -> tuple[Tensor, list[Tensor]]:
+    """States pushed down to ``x`` (``[B, N, F]``), each level masked to
+    ``masks`` (``[B, N]``) when given; and the states of every level."""
+    states = []
+    for m in range(steps.depth, 0, -1):
+        if masks is not None:
+            state = state * masks[..., None]
+        states.append(state)
+        state = steps.step(m, state)
+    return (state if masks is None else state * masks[..., None]), states
+
+
+def _check_chain(steps: _Steps, start: Tensor, first: Tensor) -> Tensor:
+    """The levels must cut every path of relevance: pushed down level by
+    level, the seed must give the plain backward's relevance of ``x``.
+    Returns which rows hold relevance at some level (``[levels + 1, N]``)."""
+    chained, states = _chain(steps, start)
+    chained = chained[0]
+    scale = first.abs().max().item() if first.numel() else 0.0
+    tolerance = (1e-9 if first.dtype == torch.float64 else 1e-4) * max(scale, 1e-30)
+    if not torch.allclose(chained, first, rtol=0, atol=tolerance):
+        raise ValueError(
+            "model: relevance reaches the input around the message-passing layers (a skip or residual "
+            "connection, jumping knowledge, or a layer reading x directly), so it does not split into walks "
+            "of one step per layer. Walks need the layers in a chain: x -> layer 1 -> ... -> layer L -> output.")
+    return torch.stack([s[0].abs().amax(dim=-1) > 0 for s in states] + [first.abs().amax(dim=-1) > 0])
+
+
+def _structure(steps: _Steps, start: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
+    """Blocks of every step (index ``m - 1`` for step ``m``), from the rows
+    the relevance of the seed reaches, top level first."""
+    rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
+    found: list = [None] * steps.depth
+    for m in range(steps.depth, 0, -1):
+        j, i, b = steps.blocks(m, rows)
+        found[m - 1] = (j, i, b)
+        rows = torch.unique(j)
+    return found
+
+
+def _count(structure, end_rows: Tensor, n: int) -> int:
+    """Number of walks through the blocks, ending at ``end_rows``."""
+    count = torch.zeros(n, dtype=torch.float64)
+    count[end_rows.cpu()] = 1
+    for j, i, _ in reversed(structure):
+        below = torch.zeros(n, dtype=torch.float64)
+        below.index_add_(0, j.cpu(), count[i.cpu()])
+        count = below
+    return int(count.sum().item())
+
+
+def _by_row(j: Tensor, i: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """CSR of the blocks by their upper row ``i``: ``(ptr, order)``."""
+    order = torch.sort(i, stable=True).indices
+    ptr = torch.zeros(n + 1, dtype=torch.long, device=i.device)
+    ptr[1:] = torch.cumsum(torch.bincount(i, minlength=n), 0)
+    return ptr, order
+
+
+def _enumerate(steps: _Steps, structure, start: Tensor) -> tuple[Tensor, Tensor]:
+    """Every walk and its relevance (exhaustive)."""
+    n = steps.n
+    rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
+    states, paths = start[0, rows], rows[:, None]
+    for m in range(steps.depth, 0, -1):
+        j, i, b = structure[m - 1]
+        ptr, order = _by_row(j, i, n)
+        count = ptr[paths[:, 0] + 1] - ptr[paths[:, 0]]
+        owner = torch.repeat_interleave(count)
+        offset = torch.arange(owner.numel(), device=owner.device) - (torch.cumsum(count, 0) - count)[owner]
+        pair = order[ptr[paths[owner, 0]] + offset]
+        chunk = max(1, _BUDGET // max(1, b.shape[1] * b.shape[2]))
+        states = torch.cat([torch.bmm(b[pair[s:s + chunk]], states[owner[s:s + chunk], :, None])[..., 0]
+                            for s in range(0, pair.numel(), chunk)] or [states.new_zeros(0, b.shape[1])])
+        paths = torch.cat([j[pair][:, None], paths[owner]], dim=1)
+    return paths, states.sum(dim=-1)
+
+
+def _search(steps: _Steps, structure, start: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    r"""The ``k`` walks of largest ``|R|``: best-first search with an
+    admissible bound (A*), so the result equals exhaustive enumeration.
+
+    Bound: for every walk prefix that reaches row ``i`` of level ``m``,
+    :math:`|\mathbf 1^\top B_1 \cdots B_m u| \le h_m[i]^\top |u|` with
+
+    .. math::
+
+        h_1[i] = \max_j \mathbf 1^\top |B_1[j, i]|, \qquad
+        h_m[i] = \max_j h_{m-1}[j]^\top |B_m[j, i]|
+
+    (element-wise maxima of non-negative vectors), a max-product dynamic
+    programme over the levels. A partial walk is expanded only while its
+    bound can still beat the ``k``-th best complete walk.
+    """
+    n, depth = steps.n, steps.depth
+    bounds: list = [None] * (depth + 1)
+    bounds[0] = None
+    for m in range(1, depth + 1):
+        j, i, b = structure[m - 1]
+        below = b.abs().sum(dim=1) if m == 1 else torch.bmm(bounds[m - 1][j][:, None, :], b.abs())[:, 0]
+        h = torch.zeros(n, b.shape[2], dtype=b.dtype, device=b.device)
+        bounds[m] = h.scatter_reduce(0, i[:, None].expand_as(below), below, reduce="amax", include_self=True)
+    csr = [None] + [_by_row(j, i, n) for j, i, _ in structure]
+    tie = itertools.count()
+    heap: list = []
+    rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
+    for r in rows.tolist():
+        u = start[0, r]
+        heapq.heappush(heap, (-float(bounds[depth][r] @ u.abs()), next(tie), depth, (r,), u))
+    found_walks, found_values = [], []
+    while heap and len(found_walks) < k:
+        _, _, m, path, u = heapq.heappop(heap)
+        if m == 0:
+            found_walks.append(path)
+            found_values.append(u)
+            continue
+        j, i, b = structure[m - 1]
+        ptr, order = csr[m]
+        pair = order[ptr[path[0]]:ptr[path[0] + 1]]
+        below = b[pair] @ u
+        for jj, v in zip(j[pair].tolist(), below):
+            if m == 1:
+                value = v.sum()
+                heapq.heappush(heap, (-float(value.abs()), next(tie), 0, (jj,) + path, value))
+            else:
+                heapq.heappush(heap, (-float(bounds[m - 1][jj] @ v.abs()), next(tie), m - 1, (jj,) + path, v))
+    walks_ = torch.tensor(found_walks, dtype=torch.long).view(-1, depth + 1)
+    values = torch.stack(found_values) if found_values else start.new_zeros(0)
+    return walks_, values
+
+
+def walks(
+    model: torch.nn.Module,
+    x: Tensor,
+    edge_index: Tensor,
+    index: Union[int, Tensor],
+    *,
+    target: Optional[Tensor] = None,
+    rules: Union[None, Rule, dict] = None,
+    top_k: Optional[int] = None,
+    max_walks: int = MAX_WALKS,
+    **kwargs,
+) -> Walks:
+    r"""Relevant walks of the output row ``index`` of ``model(x, edge_index, **kwargs)``.
+
+    Parameters
+    ----------
+    index : int
+        The explained node (node-level model) or graph (graph-level model,
+        with ``batch`` in ``kwargs``).
+    target : Tensor, optional
+        The class (or 0/1 labels) to explain; default: the prediction.
+    rules : Rule or dict, optional
+        As for :class:`~torch_geometric_lrp.LRP` (default: the default composite).
+    top_k : int, optional
+        ``None``: every walk that carries relevance, exactly (refused, with the
+        count, past ``max_walks``). ``k``: the ``k`` walks of largest
+        ``|relevance|``, exactly, by a best-first search whose bound is a
+        max-product dynamic programme over the layers (docs: Relevant walks):
+        it visits only partial walks whose bound beats the ``k``-th best.
+    max_walks : int
+        Most walks ``top_k=None`` enumerates.
+    **kwargs
+        Further model inputs (``edge_weight``, ``edge_attr``, ``batch``, ...).
+
+    Returns
+    -------
+    Walks
+        ``walks`` ``[K, L + 1]`` (input node first) and ``relevance`` ``[K]``,
+        largest ``|relevance|`` first; with ``top_k=None`` they sum to
+        ``relevance_total``, the first-order relevance of ``x``.
+
+    The walks are computed on the graph passed in: for one node of a large
+    graph, pass its computation subgraph (``torch_geometric.utils.k_hop_subgraph``
+    with one hop more than the model has layers, so degrees stay right).
+    """
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k: expected None (every walk) or an int >= 1, got {top_k!r}.")
+    if isinstance(max_walks, bool) or not isinstance(max_walks, int) or max_walks < 1:
+        raise ValueError(f"max_walks: expected an int >= 1, got {max_walks!r}.")
+
+    def body(steps: _Steps, info: dict) -> Walks:
+        start, first = info["start"], info["first"]
+        structure = _structure(steps, start)
+        end_rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
+        total = _count(structure, end_rows, steps.n)
+        if top_k is None:
+            if total > max_walks:
+                raise ValueError(f"top_k: there are {total} walks of {steps.depth} steps into row {info['index']}; "
+                                 f"top_k=None lists every one and stops at max_walks={max_walks}. Pass "
+                                 f"top_k=k for the k most relevant, or a larger max_walks.")
+            paths, values = _enumerate(steps, structure, start)
+            order = torch.sort(values.abs(), descending=True, stable=True).indices
+            paths, values = paths[order], values[order]
+        else:
+            paths, values = _search(steps, structure, start, top_k)
+        node_relevance = first.sum(dim=-1).detach()
+        if info["nodes"] is not None:  # from the cut back to the input graph
+            paths = info["nodes"][paths]
+            node_relevance = node_relevance.new_zeros(info["num_nodes"]).index_put_((info["nodes"],), node_relevance)
+        return Walks(walks=paths.to(x.device), relevance=values.detach(), score=info["score"],
+                     relevance_total=first.sum(dtype=torch.float64).item(), num_walks=total,
+                     index=info["index"], target=info["target"], num_nodes=x.shape[0], edge_index=edge_index,
+                     flow=message_flow(model), node_relevance=node_relevance)
+
+    return _run(model, x, edge_index, index, target, rules, kwargs, body)
+
+
+def _node_sets(nodes, n: int, device) -> tuple[Tensor, bool]:
+    """``nodes`` as boolean masks ``[B, N]``, and whether one set was given."""
+    def one(value, k=None) -> Tensor:
+        name = "nodes" if k is None else f"nodes[{k}]"
+        value = torch.as_tensor(value, device=device)
+        if value.dtype == torch.bool:
+            if value.shape != (n,):
+                raise ValueError(f"{name}: a boolean mask needs one entry per node ({n}), got shape "
+                                 f"{tuple(value.shape)}.")
+            return value
+        if value.is_floating_point() or value.dim() > 1:
+            raise ValueError(f"{name}: expected node ids (a 1-D LongTensor) or a boolean mask of {n} nodes, "
+                             f"got {value.dtype} of shape {tuple(value.shape)}.")
+        if value.numel() and (int(value.min()) < 0 or int(value.max()) >= n):
+            raise ValueError(f"{name}: node ids must lie in 0 .. {n - 1}.")
+        mask = torch.zeros(n, dtype=torch.bool, device=device)
+        mask[value.long()] = True
+        return mask
+
+    if isinstance(nodes, Tensor) and nodes.dtype == torch.bool and nodes.dim() == 2:
+        if nodes.shape[1] != n:
+            raise ValueError(f"nodes: a batch of masks needs shape [B, {n}], got {tuple(nodes.shape)}.")
+        return nodes.to(device), False
+    if isinstance(nodes, (list, tuple)) and nodes and all(
+            isinstance(v, (list, tuple, Tensor)) for v in nodes):
+        return torch.stack([one(v, k) for k, v in enumerate(nodes)]), False
+    return one(nodes)[None], True
+
+
+def subgraph_relevance(
+    model: torch.nn.Module,
+    x: Tensor,
+    edge_index: Tensor,
+    nodes,
+    index: Union[int, Tensor],
+    *,
+    target: Optional[Tensor] = None,
+    rules: Union[None, Rule, dict] = None,
+    **kwargs,
+) -> Union[float, Tensor]:
+    r"""Relevance of all walks that stay inside ``nodes`` (sGNN-LRP).
+
+    One backward with the state of every level (and the relevance of ``x``)
+    masked to ``nodes``: ``L`` masked steps, the cost of about ``L``
+    backward passes, whatever the number of walks.
+
+    Parameters
+    ----------
+    nodes : LongTensor, BoolTensor ``[N]``, a list of those, or BoolTensor ``[B, N]``
+        One node set, or a batch of them (explained together, in one pass).
+    index, target, rules, **kwargs
+        As for :func:`walks`.
+
+    Returns
+    -------
+    float or Tensor ``[B]``
+        A float for one node set; one value per set for a batch. All nodes
+        give the first-order relevance of ``x``, the sum of every walk.
+    """
+    def body(steps: _Steps, info: dict):
+        masks, single = _node_sets(nodes, info["num_nodes"], x.device)
+        if info["nodes"] is not None:
+            masks = masks[:, info["nodes"]]
+        start = info["start"]
+        masks = masks.to(start.dtype)
+        relevance, _ = _chain(steps, start.expand(masks.shape[0], -1, -1), masks)
+        values = relevance.sum(dim=(1, 2), dtype=torch.float64).detach()
+        return values.item() if single else values
+
+    return _run(model, x, edge_index, index, target, rules, kwargs, body)
