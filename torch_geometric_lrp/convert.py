@@ -17,6 +17,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
 from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.models.attentive_fp import GATEConv
 from torch_geometric.nn.models.basic_gnn import BasicGNN
 from torch_geometric.nn.sequential import Sequential as PyGSequential
 from torch_geometric.utils._trim_to_layer import TrimToLayer
@@ -45,6 +46,11 @@ _SUPPORTED: set[type] = {
     SumAggregation, MeanAggregation, MaxAggregation, MinAggregation,
     TrimToLayer,  # BasicGNN's helper for NeighborLoader batches: slicing only
     *LRP_LAYERS, *LRP_LAYERS.values(),
+    # PyG layers explained as they are (their ops get the mode's rules), each
+    # checked against a reference twin in tests/test_more_layers.py
+    pyg_nn.TAGConv, pyg_nn.SSGConv, pyg_nn.MixHopConv, pyg_nn.ClusterGCNConv, pyg_nn.LEConv,
+    pyg_nn.AGNNConv, GATEConv, pyg_nn.RGCNConv, pyg_nn.FastRGCNConv, pyg_nn.NNConv, pyg_nn.FiLMConv,
+    pyg_nn.ResGatedGraphConv, pyg_nn.ARMAConv, pyg_nn.SimpleConv, pyg_nn.LGConv, pyg_nn.WLConvContinuous,
 }
 # Bases whose generated or user-facing subclasses are supported as a family.
 _SUPPORTED_BASES: tuple[type, ...] = (PyGSequential, BasicGNN)

@@ -346,7 +346,8 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
             _fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
             return None
         info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
-                    start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n)
+                    start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n, reached=reached,
+                    edge_index=edge_index if c is None else c.edge_index, flow=message_flow(model))
         return body(steps, info)
 
 
@@ -376,6 +377,102 @@ def _check_chain(steps: _Steps, start: Tensor, first: Tensor) -> Tensor:
             "connection, jumping knowledge, or a layer reading x directly), so it does not split into walks "
             "of one step per layer. Walks need the layers in a chain: x -> layer 1 -> ... -> layer L -> output.")
     return torch.stack([s[0].abs().amax(dim=-1) > 0 for s in states] + [first.abs().amax(dim=-1) > 0])
+
+
+def _suffix_counts(edge_index: Tensor, n: int, flow: str, end_rows: Tensor, depth: int) -> list[Tensor]:
+    """``counts[k][j]``: walk suffixes of ``k`` steps that start at row ``j``
+    and end at ``end_rows``, along the edges (each pair of nodes once) and
+    self steps; an upper bound of those that carry relevance."""
+    src, dst = edge_index if flow == "source_to_target" else edge_index.flip(0)
+    pairs = torch.unique(src[src != dst] * n + dst[src != dst])
+    src, dst = pairs // n, pairs % n
+    count = torch.zeros(n, dtype=torch.float64, device=edge_index.device)
+    count[end_rows] = 1
+    counts = [count]
+    for _ in range(depth):
+        count = count.clone().index_add_(0, src, count[dst])  # self step + messages
+        counts.append(count)
+    return counts
+
+
+def _neighbours(edge_index: Tensor, n: int, flow: str) -> list[list[int]]:
+    """Per node ``i``, the rows a step can carry its relevance to: ``i``
+    itself and the nodes that send it messages."""
+    src, dst = edge_index if flow == "source_to_target" else edge_index.flip(0)
+    found = [{i} for i in range(n)]
+    for j, i in zip(src.tolist(), dst.tolist()):
+        found[i].add(j)
+    return [sorted(f) for f in found]
+
+
+def _pack(rows: list[int], neighbours: list[list[int]]) -> list[list[int]]:
+    """Greedy groups of suffixes (by position) whose rows have disjoint
+    neighbourhoods: one seed of a batched step carries a whole group, and
+    each output row belongs to one suffix of it."""
+    groups: list[list[int]] = []
+    taken: list[set] = []
+    for k, r in enumerate(rows):
+        for group, used in zip(groups, taken):
+            if used.isdisjoint(neighbours[r]):
+                group.append(k)
+                used.update(neighbours[r])
+                break
+        else:
+            groups.append([k])
+            taken.append(set(neighbours[r]))
+    return groups
+
+
+def _enumerate_suffixes(steps: _Steps, start: Tensor, neighbours: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """Every walk and its relevance, by pushing each walk suffix's state
+    down one step at a time: suffixes whose rows have disjoint neighbourhoods
+    share a seed of a batched backward (:func:`_pack`). A step that reaches
+    rows outside those neighbourhoods (a layer with other connections than
+    the edges and self-loops) is run one suffix per seed instead."""
+    n, device = steps.n, start.device
+    rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
+    vectors, paths = start[0, rows], rows[:, None]  # each suffix: its state, held on its first row
+    for m in range(steps.depth, 0, -1):
+        first = paths[:, 0].tolist()
+        groups = _pack(first, neighbours)
+        if not _packed_step_fits(steps, m, groups, first, vectors, neighbours):
+            groups = [[k] for k in range(len(first))]
+        owner = torch.full((len(groups), n), -1, dtype=torch.long, device=device)
+        for g, group in enumerate(groups):
+            for k in group:
+                owner[g, neighbours[first[k]]] = k
+        chunk = max(1, _BUDGET // max(1, n * max(steps.width(m), steps.width(m - 1))))
+        found_paths, found_vectors = [], []
+        for s in range(0, len(groups), chunk):
+            part = groups[s:s + chunk]
+            states = vectors.new_zeros(len(part), n, vectors.shape[1])
+            for g, group in enumerate(part):
+                states[g, [first[k] for k in group]] = vectors[group]
+            below = steps.step(m, states)
+            g, j = (below.abs().amax(dim=-1) > 0).nonzero(as_tuple=True)
+            k = owner[s + g, j]
+            found_vectors.append(below[g, j])
+            found_paths.append(torch.cat([j[:, None], paths[k]], dim=1))
+        width = steps.width(m - 1)
+        vectors = torch.cat(found_vectors) if found_vectors else start.new_zeros(0, width)
+        paths = torch.cat(found_paths) if found_paths else paths.new_zeros(0, steps.depth - m + 2)
+    return paths, vectors.sum(dim=-1)
+
+
+def _packed_step_fits(steps: _Steps, m: int, groups, first, vectors, neighbours) -> bool:
+    """Whether step ``m`` keeps each suffix's relevance within its row's
+    neighbourhood: checked on the largest group, whose outputs outside the
+    neighbourhoods must be 0."""
+    if all(len(group) == 1 for group in groups):
+        return True
+    group = max(groups, key=len)
+    state = vectors.new_zeros(1, steps.n, vectors.shape[1])
+    state[0, [first[k] for k in group]] = vectors[group]
+    inside = torch.zeros(steps.n, dtype=torch.bool, device=state.device)
+    for k in group:
+        inside[neighbours[first[k]]] = True
+    below = steps.step(m, state)[0]
+    return not bool(below[~inside].any())
 
 
 def _structure(steps: _Steps, start: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
@@ -533,19 +630,33 @@ def walks(
 
     def body(steps: _Steps, info: dict) -> Walks:
         start, first = info["start"], info["first"]
-        structure = _structure(steps, start)
         end_rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
-        total = _count(structure, end_rows, steps.n)
-        if top_k is None:
-            if total > max_walks:
-                raise ValueError(f"top_k: there are {total} walks of {steps.depth} steps into row {info['index']}; "
-                                 f"top_k=None lists every one and stops at max_walks={max_walks}. Pass "
-                                 f"top_k=k for the k most relevant, or a larger max_walks.")
-            paths, values = _enumerate(steps, structure, start)
-            order = torch.sort(values.abs(), descending=True, stable=True).indices
-            paths, values = paths[order], values[order]
+        counts = _suffix_counts(info["edge_index"], steps.n, info["flow"], end_rows, steps.depth)
+        bound = int(counts[-1].sum().item())
+        if top_k is None and bound > max_walks:
+            raise ValueError(f"top_k: there are {bound} walks of {steps.depth} steps along the edges and self-loops "
+                             f"into row {info['index']}; top_k=None lists every one that carries relevance and "
+                             f"stops at max_walks={max_walks}. Pass top_k=k for the k most relevant, or a larger "
+                             f"max_walks.")
+        # Two exact ways, by cost in seeds of a batched backward step: push every
+        # walk suffix down (one seed per suffix), or build the blocks (one unit
+        # seed per reached row and state entry) and enumerate or search them.
+        by_suffix = sum(float(c.sum()) for c in counts[:-1])
+        by_blocks = sum(int(info["reached"][k].sum()) * steps.width(steps.depth - k) for k in range(steps.depth))
+        if by_suffix <= by_blocks:
+            neighbours = _neighbours(info["edge_index"], steps.n, info["flow"])
+            paths, values = _enumerate_suffixes(steps, start, neighbours)
+            total = values.numel()
         else:
-            paths, values = _search(steps, structure, start, top_k)
+            structure = _structure(steps, start)
+            total = _count(structure, end_rows, steps.n)
+            if top_k is not None:
+                paths, values = _search(steps, structure, start, top_k)
+            else:
+                paths, values = _enumerate(steps, structure, start)
+        if top_k is None or values.numel() > len(paths[:top_k]) or by_suffix <= by_blocks:
+            order = torch.sort(values.abs(), descending=True, stable=True).indices[:top_k]
+            paths, values = paths[order], values[order]
         node_relevance = first.sum(dim=-1).detach()
         if info["nodes"] is not None:  # from the cut back to the input graph
             paths = info["nodes"][paths]

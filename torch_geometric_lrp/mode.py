@@ -53,7 +53,7 @@ from torch.nn import Parameter
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils.weak import WeakIdKeyDictionary
 
-from torch_geometric.utils._softmax import softmax as _pyg_softmax
+from torch_geometric.utils import softmax as _pyg_softmax
 
 from . import functional as R
 from . import maps
