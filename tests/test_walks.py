@@ -329,6 +329,24 @@ def test_a_model_that_reads_the_whole_graph_falls_back_to_it():
     torch.testing.assert_close(per_start, explanation.node_mask.sum(-1), rtol=1e-9, atol=1e-12)
 
 
+def test_a_packed_step_that_leaves_its_neighbourhoods_is_rerun_one_suffix_per_seed():
+    from torch_geometric_lrp import higher_order as H
+    x, ei = graph(9, 0.3, seed=15)
+    model = model_of("GCN", seed=15, channels=(3, 4, 4, 3))
+
+    def both(steps, info):
+        start = info["start"]
+        right = [H._neighbours(pairs, steps.n) for pairs in info["messages"]]
+        wrong = [[[i] for i in range(steps.n)] for _ in right]  # self steps only: every step leaks
+        return H._enumerate_suffixes(steps, start, right), H._enumerate_suffixes(steps, start, wrong)
+
+    (p1, v1), (p2, v2) = H._run(model, x, ei, 4, None, None, {}, both)
+    one = {tuple(p): float(v) for p, v in zip(p1.tolist(), v1)}
+    two = {tuple(p): float(v) for p, v in zip(p2.tolist(), v2)}
+    assert one.keys() == two.keys()
+    assert all(one[k] == pytest.approx(two[k], rel=1e-12, abs=1e-15) for k in one)
+
+
 def test_a_backward_that_vmap_cannot_batch_is_run_seed_by_seed(monkeypatch):
     x, ei = graph(7, 0.35, seed=13)
     model = model_of("GCN", seed=13, channels=(3, 4, 4, 3))
@@ -344,3 +362,44 @@ def test_a_backward_that_vmap_cannot_batch_is_run_seed_by_seed(monkeypatch):
     one_by_one = lrp.walks(model, x, ei, 2, rules=Gamma(0.25))
     assert torch.equal(one_by_one.walks, batched.walks)
     torch.testing.assert_close(one_by_one.relevance, batched.relevance, rtol=1e-12, atol=1e-15)
+
+
+class Undirected(torch.nn.Module):
+    """Passes messages along both directions of the edges it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = GCNConv(3, 4), GCNConv(4, 3)
+
+    def forward(self, x, edge_index):
+        from torch_geometric.utils import to_undirected
+        edge_index = to_undirected(edge_index)
+        return self.b(self.a(x, edge_index).relu(), edge_index)
+
+
+@pytest.mark.parametrize("make", [lambda: model_of("GIN", seed=14, channels=(3, 4, 4, 3)),
+                                  lambda: Undirected().double().eval()])
+def test_the_two_ways_to_enumerate_agree(make):
+    """Suffixes pushed down in packed seeds and the blocks give the same
+    walks (the model picks the cheaper), also where the layers pass messages
+    along other edges than the given ones (made undirected inside)."""
+    from torch_geometric_lrp import higher_order as H
+    x, ei = graph(9, 0.3, seed=14, directed=True)
+    torch.manual_seed(14)
+    model = make()
+
+    def both(steps, info):
+        start = info["start"]
+        neighbours = [H._neighbours(pairs, steps.n) for pairs in info["messages"]]
+        packed = H._enumerate_suffixes(steps, start, neighbours)
+        structure = H._structure(steps, start)
+        return packed, H._enumerate(steps, structure, start), info["first"]
+
+    (p1, v1), (p2, v2), first = H._run(model, x, ei, 4, None, Gamma(0.25), {}, both)
+    one = {tuple(p): float(v) for p, v in zip(p1.tolist(), v1)}
+    two = {tuple(p): float(v) for p, v in zip(p2.tolist(), v2)}
+    assert one.keys() == two.keys() and len(one) == p1.shape[0]
+    for key in one:
+        assert one[key] == pytest.approx(two[key], rel=1e-9, abs=1e-14)
+    per_start = torch.zeros(9, dtype=torch.float64).index_add_(0, p1[:, 0], v1)
+    torch.testing.assert_close(per_start, first.sum(-1), rtol=1e-9, atol=1e-12)

@@ -304,8 +304,16 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
     """The pass on the cut ``c`` (``None`` where it does not prove itself)
     or on the whole input."""
     levels: list[tuple[Tensor, ...]] = []
+    messages: list[list[Tensor]] = []  # per level: the (source, target) pairs its propagate calls used
     n, e = x.shape[0], edge_index.shape[1]
     with Pass(model, settings) as p:
+        def enter(module, args):
+            messages.append([])
+
+        def propagate(module, inputs):
+            if messages:
+                messages[-1].append(_message_pairs(inputs[0], module.flow))
+
         def record(module, args, output):
             if not isinstance(output, Tensor):
                 raise TypeError(f"model: walks read the output of each message-passing layer; "
@@ -315,7 +323,10 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
             return alias
 
         inputs = kwargs if c is None else slice_inputs(kwargs, c, n, e)[0]
-        hooks = [layer.register_forward_hook(record) for layer in layers]
+        hooks = [layer.register_forward_pre_hook(enter) for layer in layers]
+        hooks += [m.register_propagate_forward_pre_hook(propagate) for m in unwrap(model).modules()
+                  if isinstance(m, MessagePassing)]
+        hooks += [layer.register_forward_hook(record) for layer in layers]
         try:
             out = p.forward(x if c is None else x[c.nodes], edge_index if c is None else c.edge_index, inputs)
         finally:
@@ -347,7 +358,7 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
             return None
         info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
                     start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n, reached=reached,
-                    edge_index=edge_index if c is None else c.edge_index, flow=message_flow(model))
+                    messages=[torch.cat(pairs, dim=1) if pairs else None for pairs in messages])
         return body(steps, info)
 
 
@@ -379,28 +390,40 @@ def _check_chain(steps: _Steps, start: Tensor, first: Tensor) -> Tensor:
     return torch.stack([s[0].abs().amax(dim=-1) > 0 for s in states] + [first.abs().amax(dim=-1) > 0])
 
 
-def _suffix_counts(edge_index: Tensor, n: int, flow: str, end_rows: Tensor, depth: int) -> list[Tensor]:
+def _suffix_counts(messages: list[Tensor], n: int, end_rows: Tensor) -> list[Tensor]:
     """``counts[k][j]``: walk suffixes of ``k`` steps that start at row ``j``
-    and end at ``end_rows``, along the edges (each pair of nodes once) and
-    self steps; an upper bound of those that carry relevance."""
-    src, dst = edge_index if flow == "source_to_target" else edge_index.flip(0)
-    pairs = torch.unique(src[src != dst] * n + dst[src != dst])
-    src, dst = pairs // n, pairs % n
-    count = torch.zeros(n, dtype=torch.float64, device=edge_index.device)
+    and end at ``end_rows``, along each level's messages (each pair of nodes
+    once) and self steps; an upper bound of those that carry relevance."""
+    count = torch.zeros(n, dtype=torch.float64, device=end_rows.device)
     count[end_rows] = 1
     counts = [count]
-    for _ in range(depth):
-        count = count.clone().index_add_(0, src, count[dst])  # self step + messages
+    for pairs in reversed(messages):
+        src, dst = pairs
+        keys = torch.unique(src[src != dst] * n + dst[src != dst])
+        count = count.clone().index_add_(0, keys // n, count[keys % n])  # self step + messages
         counts.append(count)
     return counts
 
 
-def _neighbours(edge_index: Tensor, n: int, flow: str) -> list[list[int]]:
+def _message_pairs(edge_index, flow: str) -> Tensor:
+    """``[2, E]`` (source, target) of the messages a ``propagate`` call
+    passes, from its ``edge_index`` (a ``[2, E]`` tensor, or a sparse
+    adjacency ``adj_t`` with ``adj_t[target, source]``)."""
+    if isinstance(edge_index, Tensor) and edge_index.layout == torch.strided:
+        return edge_index.detach() if flow == "source_to_target" else edge_index.detach().flip(0)
+    if isinstance(edge_index, Tensor):  # torch.sparse adj_t
+        target, source = edge_index.coalesce().indices() if edge_index.layout == torch.sparse_coo else \
+            edge_index.to_sparse_coo().coalesce().indices()
+    else:  # torch_sparse.SparseTensor adj_t
+        target, source, _ = edge_index.coo()
+    return torch.stack([source, target])
+
+
+def _neighbours(pairs: Tensor, n: int) -> list[list[int]]:
     """Per node ``i``, the rows a step can carry its relevance to: ``i``
-    itself and the nodes that send it messages."""
-    src, dst = edge_index if flow == "source_to_target" else edge_index.flip(0)
+    itself (a root term or self-loop) and the sources of its messages."""
     found = [{i} for i in range(n)]
-    for j, i in zip(src.tolist(), dst.tolist()):
+    for j, i in zip(pairs[0].tolist(), pairs[1].tolist()):
         found[i].add(j)
     return [sorted(f) for f in found]
 
@@ -423,56 +446,55 @@ def _pack(rows: list[int], neighbours: list[list[int]]) -> list[list[int]]:
     return groups
 
 
-def _enumerate_suffixes(steps: _Steps, start: Tensor, neighbours: list[list[int]]) -> tuple[Tensor, Tensor]:
+def _enumerate_suffixes(steps: _Steps, start: Tensor, neighbours: list[list[list[int]]]) -> tuple[Tensor, Tensor]:
     """Every walk and its relevance, by pushing each walk suffix's state
     down one step at a time: suffixes whose rows have disjoint neighbourhoods
+    at that step (``neighbours[m - 1]``, from the messages its layer passed)
     share a seed of a batched backward (:func:`_pack`). A step that reaches
-    rows outside those neighbourhoods (a layer with other connections than
-    the edges and self-loops) is run one suffix per seed instead."""
+    rows outside them (a layer with connections other than its messages and
+    root term) is run again one suffix per seed."""
     n, device = steps.n, start.device
     rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
     vectors, paths = start[0, rows], rows[:, None]  # each suffix: its state, held on its first row
     for m in range(steps.depth, 0, -1):
         first = paths[:, 0].tolist()
-        groups = _pack(first, neighbours)
-        if not _packed_step_fits(steps, m, groups, first, vectors, neighbours):
-            groups = [[k] for k in range(len(first))]
-        owner = torch.full((len(groups), n), -1, dtype=torch.long, device=device)
-        for g, group in enumerate(groups):
-            for k in group:
-                owner[g, neighbours[first[k]]] = k
-        chunk = max(1, _BUDGET // max(1, n * max(steps.width(m), steps.width(m - 1))))
-        found_paths, found_vectors = [], []
-        for s in range(0, len(groups), chunk):
-            part = groups[s:s + chunk]
-            states = vectors.new_zeros(len(part), n, vectors.shape[1])
-            for g, group in enumerate(part):
-                states[g, [first[k] for k in group]] = vectors[group]
-            below = steps.step(m, states)
-            g, j = (below.abs().amax(dim=-1) > 0).nonzero(as_tuple=True)
-            k = owner[s + g, j]
-            found_vectors.append(below[g, j])
-            found_paths.append(torch.cat([j[:, None], paths[k]], dim=1))
+        found = _step_suffixes(steps, m, first, vectors, _pack(first, neighbours[m - 1]), neighbours[m - 1])
+        if found is None:  # the step left the neighbourhoods: one suffix per seed
+            found = _step_suffixes(steps, m, first, vectors, [[k] for k in range(len(first))], None)
+        found_paths = [torch.cat([j[:, None], paths[k]], dim=1) for j, k, _ in found]
+        found_vectors = [v for _, _, v in found]
         width = steps.width(m - 1)
         vectors = torch.cat(found_vectors) if found_vectors else start.new_zeros(0, width)
         paths = torch.cat(found_paths) if found_paths else paths.new_zeros(0, steps.depth - m + 2)
     return paths, vectors.sum(dim=-1)
 
 
-def _packed_step_fits(steps: _Steps, m: int, groups, first, vectors, neighbours) -> bool:
-    """Whether step ``m`` keeps each suffix's relevance within its row's
-    neighbourhood: checked on the largest group, whose outputs outside the
-    neighbourhoods must be 0."""
-    if all(len(group) == 1 for group in groups):
-        return True
-    group = max(groups, key=len)
-    state = vectors.new_zeros(1, steps.n, vectors.shape[1])
-    state[0, [first[k] for k in group]] = vectors[group]
-    inside = torch.zeros(steps.n, dtype=torch.bool, device=state.device)
-    for k in group:
-        inside[neighbours[first[k]]] = True
-    below = steps.step(m, state)[0]
-    return not bool(below[~inside].any())
+def _step_suffixes(steps: _Steps, m: int, first: list[int], vectors: Tensor, groups: list[list[int]],
+                   neighbours: Optional[list[list[int]]]):
+    """Step ``m`` of the suffixes, ``groups`` of them per seed: per chunk of
+    seeds, the rows reached, the suffix each came from, and its state there.
+    ``None`` where a group's relevance left its neighbourhoods."""
+    n = steps.n
+    owner = torch.full((len(groups), n), -1, dtype=torch.long, device=vectors.device)
+    for g, group in enumerate(groups):
+        if neighbours is None:  # one suffix per seed: every row is its own
+            owner[g] = group[0]
+        for k in group if neighbours is not None else ():
+            owner[g, neighbours[first[k]]] = k
+    chunk = max(1, _BUDGET // max(1, n * max(steps.width(m), steps.width(m - 1))))
+    found = []
+    for s in range(0, len(groups), chunk):
+        part = groups[s:s + chunk]
+        states = vectors.new_zeros(len(part), n, vectors.shape[1])
+        for g, group in enumerate(part):
+            states[g, [first[k] for k in group]] = vectors[group]
+        below = steps.step(m, states)
+        g, j = (below.abs().amax(dim=-1) > 0).nonzero(as_tuple=True)
+        k = owner[s + g, j]
+        if bool((k < 0).any()):
+            return None
+        found.append((j, k, below[g, j]))
+    return found
 
 
 def _structure(steps: _Steps, start: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
@@ -631,7 +653,9 @@ def walks(
     def body(steps: _Steps, info: dict) -> Walks:
         start, first = info["start"], info["first"]
         end_rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
-        counts = _suffix_counts(info["edge_index"], steps.n, info["flow"], end_rows, steps.depth)
+        messages = [pairs if pairs is not None else torch.zeros(2, 0, dtype=torch.long, device=start.device)
+                    for pairs in info["messages"]]
+        counts = _suffix_counts(messages, steps.n, end_rows)
         bound = int(counts[-1].sum().item())
         if top_k is None and bound > max_walks:
             raise ValueError(f"top_k: there are {bound} walks of {steps.depth} steps along the edges and self-loops "
@@ -644,8 +668,7 @@ def walks(
         by_suffix = sum(float(c.sum()) for c in counts[:-1])
         by_blocks = sum(int(info["reached"][k].sum()) * steps.width(steps.depth - k) for k in range(steps.depth))
         if by_suffix <= by_blocks:
-            neighbours = _neighbours(info["edge_index"], steps.n, info["flow"])
-            paths, values = _enumerate_suffixes(steps, start, neighbours)
+            paths, values = _enumerate_suffixes(steps, start, [_neighbours(pairs, steps.n) for pairs in messages])
             total = values.numel()
         else:
             structure = _structure(steps, start)
