@@ -185,6 +185,30 @@ def test_top_k_equals_the_top_of_every_walk(seed, k):
         assert lookup[tuple(p)] == pytest.approx(r, rel=1e-12, abs=1e-15)
 
 
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 15))
+def test_best_first_search_equals_the_top_of_every_walk(seed, k):
+    """The search over the blocks with its max-product bound (the path
+    ``walks(top_k=k)`` takes where the blocks are cheaper than the walk
+    suffixes) against exhaustive enumeration."""
+    from torch_geometric_lrp import higher_order as H
+    x, ei = graph(8, 0.35, seed=seed, directed=bool(seed % 2))
+    model = model_of("GIN" if seed % 3 else "GCN", seed=seed, channels=(3, 4, 4, 3))
+
+    def both(steps, info):
+        structure = H._structure(steps, info["start"])
+        return H._search(steps, structure, info["start"], k), H._enumerate(steps, structure, info["start"])
+
+    (top, top_values), (every, values) = H._run(model, x, ei, seed % 8, None, AlphaBeta(2, 1), {}, both)
+    order = torch.sort(values.abs(), descending=True, stable=True).indices
+    k = min(k, values.numel())
+    assert top.shape == (k, 4)
+    torch.testing.assert_close(top_values.abs(), values[order][:k].abs(), rtol=1e-12, atol=1e-15)
+    lookup = {tuple(p): float(v) for p, v in zip(every.tolist(), values)}
+    for p, v in zip(top.tolist(), top_values.tolist()):
+        assert lookup[tuple(p)] == pytest.approx(v, rel=1e-12, abs=1e-15)
+
+
 def test_subgraph_relevance_is_the_walks_inside_the_set():
     x, ei = graph(8, 0.35, seed=5)
     model = model_of("GIN", seed=5, channels=(3, 4, 4, 3))

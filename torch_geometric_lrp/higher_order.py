@@ -36,10 +36,14 @@ the relevance of all walks inside ``S``: the same backward with every
 level's state masked to the rows of ``S``, ``L`` masked steps, no
 enumeration.
 
-The blocks come from the relevance pass itself: one batched backward
-(``torch.autograd.grad(..., is_grads_batched=True)``) of each step, seeded
-with the unit vectors of the rows that relevance reaches. So every rule and
-layer of the relevance pass has walks, with no per-layer code.
+Everything comes from the relevance pass itself, by batched backward passes
+of one step (``torch.autograd.grad(..., is_grads_batched=True)``), so every
+rule and layer of the relevance pass has walks, with no per-layer code. Two
+exact ways, the cheaper taken: push every walk suffix's state down a step,
+suffixes with disjoint neighbourhoods sharing a seed
+(``_enumerate_suffixes``); or build the blocks from unit seeds at the
+rows relevance reaches (``_structure``), then enumerate them or search
+the top ``k`` with a proven bound (``_search``).
 """
 from __future__ import annotations
 
@@ -626,9 +630,10 @@ def walks(
     top_k : int, optional
         ``None``: every walk that carries relevance, exactly (refused, with the
         count, past ``max_walks``). ``k``: the ``k`` walks of largest
-        ``|relevance|``, exactly, by a best-first search whose bound is a
-        max-product dynamic programme over the layers (docs: Relevant walks):
-        it visits only partial walks whose bound beats the ``k``-th best.
+        ``|relevance|``, exactly: the top of every walk where walk suffixes
+        are cheap, else a best-first search over the blocks whose bound is a
+        max-product dynamic programme over the layers (docs: Relevant walks),
+        which visits only partial walks whose bound beats the ``k``-th best.
     max_walks : int
         Most walks ``top_k=None`` enumerates.
     **kwargs
