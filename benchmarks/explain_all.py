@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import peak_memory  # noqa: E402
+from explain_scale import timed_pair  # noqa: E402  (both sides run alternately)
 
 import torch_geometric_lrp as lrp  # noqa: E402
 from torch_geometric_lrp.explainers import api, subgraph  # noqa: E402
@@ -85,16 +86,6 @@ def batched_cuts(targets, edge_index, n, batch_size):
     incidence = subgraph.Incidence(edge_index, n)
     return [subgraph.cut_each(targets[s:s + batch_size], 3, edge_index, n, incidence=incidence)
             for s in range(0, targets.numel(), batch_size)]
-
-
-def alternately(first, second, repeats):
-    a, b = [], []
-    for _ in range(repeats):
-        for fn, times in ((first, a), (second, b)):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return statistics.median(a), statistics.median(b)
 
 
 def measured(fn):
@@ -158,7 +149,7 @@ def main() -> None:
     scanned = scan_cut_each(cut_targets[:args.batch_size], 3, edge_index, n)[0]
     for name in ("nodes", "edge_id", "edge_index", "index", "ring"):
         assert torch.equal(getattr(union, name), getattr(scanned, name)), name
-    t_scan, t_batched = alternately(lambda: [scan_cut(t.view(1), 3, edge_index, n) for t in cut_targets],
+    t_scan, t_batched = timed_pair(lambda: [scan_cut(t.view(1), 3, edge_index, n) for t in cut_targets],
                                     lambda: batched_cuts(cut_targets, edge_index, n, args.batch_size), args.repeats)
     t_incidence = statistics.median(
         [measured(lambda: subgraph.Incidence(edge_index, n))[0] for _ in range(args.repeats)])

@@ -203,6 +203,14 @@ def propagate(msgs: list[Msg], coef: list, h: Tensor, num_nodes: int) -> Tensor:
     return out
 
 
+def hops(msgs: list[Msg], coef: list, x: Tensor, k: int, num_nodes: int) -> list[Tensor]:
+    """``[x, A x, ..., A^k x]`` by :func:`propagate`, for the multi-hop layers."""
+    h = [x]
+    for _ in range(k):
+        h.append(propagate(msgs, coef, h[-1], num_nodes))
+    return h
+
+
 def propagate_t(msgs: list[Msg], coef: list, d: Tensor, num_nodes: int) -> Tensor:
     """The adjoint of :func:`propagate`: ``out_j = sum_{m: j -> i} coef_m * d_i``."""
     out = torch.zeros((num_nodes,) + tuple(d.shape[1:]), dtype=d.dtype)
@@ -643,10 +651,7 @@ class SGTwin(Twin):
         self.biases = {} if layer.lin.bias is None else {"lin.bias": _p(layer, "lin.bias")}
 
     def _hops(self, x):
-        h = [x]
-        for _ in range(self.K):
-            h.append(propagate(self.msgs, self.coef, h[-1], self.num_nodes))
-        return h
+        return hops(self.msgs, self.coef, x, self.K, self.num_nodes)
 
     def forward(self, xs, p):
         z = self._hops(xs[0])[-1] @ p["lin.weight"].T

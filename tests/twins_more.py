@@ -66,10 +66,7 @@ class TAGTwin(Twin):
         self.biases = {} if layer.bias is None else {"bias": _p(layer, "bias")}
 
     def _hops(self, x):
-        h = [x]
-        for _ in range(self.K):
-            h.append(propagate(self.msgs, self.coef, h[-1], self.num_nodes))
-        return h
+        return T.hops(self.msgs, self.coef, x, self.K, self.num_nodes)
 
     def forward(self, xs, p):
         h = self._hops(xs[0])
@@ -101,10 +98,7 @@ class SSGTwin(Twin):
         self.biases = {} if layer.lin.bias is None else {"lin.bias": _p(layer, "lin.bias")}
 
     def _hops(self, x):
-        h = [x]
-        for _ in range(self.K):
-            h.append(propagate(self.msgs, self.coef, h[-1], self.num_nodes))
-        return h
+        return T.hops(self.msgs, self.coef, x, self.K, self.num_nodes)
 
     def forward(self, xs, p):
         h = self._hops(xs[0])

@@ -55,7 +55,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 from torch_geometric.explain import Explanation
-from torch_geometric.explain.config import ModelMode, ModelTaskLevel
+from torch_geometric.explain.config import ModelTaskLevel
 from torch_geometric.nn import MessagePassing
 
 from .explainers.core import Pass, Settings, _fall_back, _resolve, _same
@@ -457,7 +457,6 @@ def _enumerate_suffixes(steps: _Steps, start: Tensor, neighbours: list[list[list
     share a seed of a batched backward (:func:`_pack`). A step that reaches
     rows outside them (a layer with connections other than its messages and
     root term) is run again one suffix per seed."""
-    n, device = steps.n, start.device
     rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
     vectors, paths = start[0, rows], rows[:, None]  # each suffix: its state, held on its first row
     for m in range(steps.depth, 0, -1):
@@ -568,8 +567,7 @@ def _search(steps: _Steps, structure, start: Tensor, k: int) -> tuple[Tensor, Te
     bound can still beat the ``k``-th best complete walk.
     """
     n, depth = steps.n, steps.depth
-    bounds: list = [None] * (depth + 1)
-    bounds[0] = None
+    bounds: list = [None] * (depth + 1)  # bounds[m]: h_m, per row of level m
     for m in range(1, depth + 1):
         j, i, b = structure[m - 1]
         below = b.abs().sum(dim=1) if m == 1 else torch.bmm(bounds[m - 1][j][:, None, :], b.abs())[:, 0]
