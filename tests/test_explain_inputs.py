@@ -148,7 +148,9 @@ def test_explanations_under_no_grad_and_inference_mode(context, api):
 # ---------------------------------------------------------------------------
 # Item 11: integer features
 # ---------------------------------------------------------------------------
-@pytest.mark.parametrize("api", ["explain", "explainer", "explain_nodes"])
+# explain and the Explainer now explain integer x through the model's embedding
+# lookups (a pass has to run to see them): their errors are in test_embeddings.py
+@pytest.mark.parametrize("api", ["explain_nodes"])
 def test_integer_x_names_x_and_the_fix(api, no_work):
     model = build("gcn")
     x, edge_index, _ = inputs("node")

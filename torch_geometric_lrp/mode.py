@@ -531,6 +531,32 @@ def _walk(args, kwargs, fn):
     return out, {k: fn(v, k) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
 
 
+def _columns_of(source: Tensor, indices: Tensor) -> Optional[list]:
+    """The columns of integer ``source`` (``[N]``: one column, ``[N, C]``)
+    that ``indices`` views row for row: ``[c]`` for ``source[:, c]`` (or a
+    1-D ``source`` itself), ``[c, ...]`` for a slice of columns; else
+    ``None``."""
+    if indices.is_floating_point() or indices.device != source.device or indices.dim() not in (1, 2) \
+            or source.dim() not in (1, 2) or indices.shape[0] != source.shape[0] or not source.numel() \
+            or indices.untyped_storage().data_ptr() != source.untyped_storage().data_ptr():
+        return None
+    if source.shape[0] > 1 and indices.stride(0) != source.stride(0):
+        return None
+    offset = indices.storage_offset() - source.storage_offset()
+    if source.dim() == 1:
+        return [0] if offset == 0 and indices.dim() == 1 else None
+    step = source.stride(1)
+    if step == 0 or offset % step:
+        return None
+    first, width = offset // step, source.shape[1]
+    if indices.dim() == 1:
+        return [first] if 0 <= first < width else None
+    if indices.shape[1] > 1 and indices.stride(1) % step:
+        return None
+    columns = [first + k * (indices.stride(1) // step) for k in range(indices.shape[1])]
+    return columns if all(0 <= c < width for c in columns) else None
+
+
 class RelevanceMode(TorchFunctionMode):
     """Routes torch ops on relevance-carrying tensors to relevance rules.
 
@@ -577,6 +603,9 @@ class RelevanceMode(TorchFunctionMode):
         # tracked op by op only once a watched input is not finite (no cost otherwise)
         self._track_nonfinite = False
         self.first_nonfinite: Optional[str] = None
+        # integer inputs whose embedding lookups start relevance (watch_lookups)
+        self._sources: list = []
+        self.lookups: list = []  # (name, columns, watched output) per lookup, in order
 
     # -- rules of the running modules ------------------------------------------------------
     def enter(self, module: torch.nn.Module, *args) -> None:
@@ -784,6 +813,33 @@ class RelevanceMode(TorchFunctionMode):
             self._track_nonfinite = True
         return watched
 
+    def watch_lookups(self, name: str, t: Tensor) -> None:
+        """Integer input ``t`` (named ``name``: ``x``, ``edge_attr``) carries
+        relevance through its embedding lookups: each ``embedding`` whose
+        indices are ``t``, a column of it or a slice of its columns (a view,
+        row for row) returns a watched copy of its output, recorded in
+        :attr:`lookups` as ``(name, columns, output)``. Other uses of ``t``
+        stay constants."""
+        self._sources.append((name, t))
+
+    def _lookup(self, func, args, kwargs) -> Optional[Tensor]:
+        """An embedding lookup of a watched integer input: its output, watched
+        (``None`` for any other lookup)."""
+        if func is F.embedding:
+            indices = args[0] if args else kwargs.get("input")
+        else:  # torch.embedding(weight, indices, ...)
+            indices = args[1] if len(args) > 1 else kwargs.get("indices")
+        if not isinstance(indices, Tensor):
+            return None
+        for name, source in self._sources:
+            columns = _columns_of(source, indices)
+            if columns is not None:
+                args, kwargs = _detach_parameters(args, kwargs)
+                out = self.watch(func(*args, **kwargs))
+                self.lookups.append((name, columns, out))
+                return out
+        return None
+
     def backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]]) -> list[Optional[Tensor]]:
         """Seed ``out`` with relevance ``seed`` and return the relevance of each
         of ``inputs`` (zeros for an input that received none; ``None`` stays
@@ -851,6 +907,10 @@ class RelevanceMode(TorchFunctionMode):
         return out
 
     def _route(self, func, args, kwargs):
+        if self._sources and (func is F.embedding or func is torch.embedding):
+            out = self._lookup(func, args, kwargs)
+            if out is not None:
+                return out
         found = _scan(args)
         if found != 2 and kwargs:
             found = max(found, _scan(kwargs.values()))

@@ -74,7 +74,7 @@ class LRP(ExplainerAlgorithm):
     def forward(self, model: torch.nn.Module, x: Tensor, edge_index: Tensor, *, target: Optional[Tensor],
                 index: Optional[Union[int, Tensor]] = None, **kwargs) -> Explanation:
         config, explainer = self.model_config, self.explainer_config
-        check_x(x)
+        check_x(x, categorical=True)
         check_edge_index(edge_index, explainer.edge_mask_type)
         rows = check_rows(index, None)
         phenomenon = explainer.explanation_type == ExplanationType.phenomenon
@@ -85,7 +85,8 @@ class LRP(ExplainerAlgorithm):
         result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
         return explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
                               (result.absorbed, result.lost), explainer.node_mask_type,
-                              explainer.edge_mask_type, self.mask, total=result.total)
+                              explainer.edge_mask_type, self.mask, total=result.total,
+                              embedding=result.embedding)
 
     def supports(self) -> bool:
         node_mask_type = self.explainer_config.node_mask_type

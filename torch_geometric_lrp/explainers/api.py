@@ -90,7 +90,7 @@ def explain(
         model's inputs, ``index`` (the explained rows) and ``target`` (the
         explained class, labels or value of each explained row).
     """
-    check_x(x)
+    check_x(x, categorical=True)
     edge_mask_type = _edge_mask_type(edge_mask_type)
     node_mask_type = _enum(MaskType, node_mask_type, "node_mask_type")
     check_edge_index(edge_index, edge_mask_type)
@@ -105,7 +105,7 @@ def explain(
     result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
     explanation = explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
                                  (result.absorbed, result.lost), node_mask_type, edge_mask_type, mask,
-                                 total=result.total)
+                                 total=result.total, embedding=result.embedding)
     explanation._model_config = ModelConfig(mode=result.mode, task_level=result.task_level,
                                             return_type=result.return_type)
     explanation.index = rows

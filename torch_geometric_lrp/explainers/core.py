@@ -83,6 +83,7 @@ class Relevance:
     mode: ModelMode
     return_type: ModelReturnType
     total: Optional[float] = None  # relevance of the inputs, summed before spreading to the input graph
+    embedding: Optional[Tensor] = None  # integer x: relevance of its embedding lookups' outputs, [N, D]
 
     @property
     def score(self) -> float:
@@ -108,6 +109,7 @@ class Pass:
         self.settings = settings
         self._stack = ExitStack()
         self._edges: Optional[EdgeRelevance] = None
+        self.embedding: Optional[Tensor] = None
 
     def __enter__(self) -> "Pass":
         # the one place that opens a relevance pass on the user's model
@@ -140,26 +142,84 @@ class Pass:
             self.edge_attr = kwargs["edge_attr"] = self.mode.watch(self.edge_attr)
         else:
             self.edge_attr = None
+        # integer inputs: relevance starts at the outputs of their embedding lookups
+        categorical = not self.x.is_floating_point()
+        if categorical:
+            self.x = _usable(x)
+            self.mode.watch_lookups("x", self.x)
+            attr = kwargs.get("edge_attr")
+            if isinstance(attr, Tensor) and not attr.is_floating_point() and not attr.is_complex():
+                self.mode.watch_lookups("edge_attr", attr)
         if self.settings.track_edges and not is_sparse(edge_index):
             self._edges = self._stack.enter_context(EdgeRelevance(self.model, edge_index, x.shape[0]))
-        self.out = self._call(self.x, edge_index, kwargs)
+        try:
+            self.out = self._call(self.x, edge_index, kwargs)
+        except Exception as error:
+            if categorical and not self._looked_up():
+                raise self._no_lookup(x) from error
+            raise
+        if categorical and not self._looked_up():
+            raise self._no_lookup(x)
         self.logits = self.mode.logits_of(self.out)
         return self.out
+
+    def _looked_up(self) -> bool:
+        return any(name == "x" for name, _, _ in self.mode.lookups)
+
+    def _no_lookup(self, x: Tensor) -> TypeError:
+        return TypeError(
+            f"x: relevance is carried by floating-point node features or by an embedding lookup of x; x has "
+            f"dtype {x.dtype} and {type(unwrap(self.model)).__name__} calls no embedding (torch.nn.Embedding, "
+            f"F.embedding) on x, or on a column x[:, c] of it, before using it. Pass x.float() for numeric "
+            f"features, or look the categories up in the model's forward.")
 
     def relevance(self, seed: Tensor) -> tuple[Tensor, Optional[Tensor], float, float]:
         """Relevance of ``x`` and ``edge_attr`` for ``seed`` on the output,
         and what was lost and absorbed on the way."""
+        lookups = self.mode.lookups
         with RelevanceAudit() as audit:
-            node, edge_attr = self.mode.backward(self.out, seed, [self.x, self.edge_attr])
+            node, edge_attr, *found = self.mode.backward(
+                self.out, seed, [self.x, self.edge_attr, *(out for _, _, out in lookups)])
+        if lookups:
+            node, self.embedding = _categorical(self.x, "x", lookups, found)
+            if any(name == "edge_attr" for name, _, _ in lookups):  # an integer edge_attr, looked up
+                source = next(t for name, t in self.mode._sources if name == "edge_attr")
+                edge_attr = _categorical(source, "edge_attr", lookups, found)[0]
         return node, edge_attr, audit.lost, audit.absorbed
 
     @property
+    def _dtype(self) -> torch.dtype:
+        if self.x.is_floating_point() or not self.mode.lookups:
+            return self.x.dtype
+        return self.mode.lookups[0][2].dtype
+
+    @property
     def edge(self) -> Optional[Tensor]:
-        return None if self._edges is None else self._edges.edge.to(self.x.dtype)
+        return None if self._edges is None else self._edges.edge.to(self._dtype)
 
     @property
     def self_loops(self) -> Optional[Tensor]:
-        return None if self._edges is None else self._edges.self_loops.to(self.x.dtype)
+        return None if self._edges is None else self._edges.self_loops.to(self._dtype)
+
+
+def _categorical(source: Tensor, name: str, lookups: list, found: list) -> tuple[Tensor, Optional[Tensor]]:
+    """The relevance of integer input ``source`` from its embedding lookups
+    (those of ``lookups`` named ``name``, with relevance ``found``): per row
+    and column (summed over the embedding dimensions of the column's
+    lookups), and per row and embedding dimension (summed over the lookups;
+    ``None`` where their widths differ)."""
+    mine = [(columns, r) for (n, columns, _), r in zip(lookups, found) if n == name]
+    dtype = mine[0][1].dtype
+    rows = source.shape[0]
+    per_column = torch.zeros(rows, source.shape[1] if source.dim() > 1 else 1, dtype=dtype, device=source.device)
+    per_dim: Optional[Tensor] = None
+    widths = {r.shape[-1] for _, r in mine}
+    for columns, r in mine:
+        r = r.reshape(rows, len(columns), -1) if r.dim() != 2 or len(columns) != 1 else r.unsqueeze(1)
+        per_column[:, columns] += r.sum(-1).to(dtype)
+        if len(widths) == 1:
+            per_dim = r.sum(1) if per_dim is None else per_dim + r.sum(1)
+    return per_column, per_dim
 
 
 def _resolve(p: Pass, settings: Settings, num_nodes: int, edge_index, kwargs: dict
@@ -212,7 +272,8 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
                 return replace(result, total=_total(result.node, result.edge_attr),
                                node=_spread(result.node, c.nodes, n), edge=_spread(result.edge, c.edge_id, e),
                                self_loops=_spread(result.self_loops, c.nodes, n),
-                               edge_attr=_spread(result.edge_attr, c.edge_id, e))
+                               edge_attr=_spread(result.edge_attr, c.edge_id, e),
+                               embedding=_spread(result.embedding, c.nodes, n))
     return on_graph(model, x, edge_index, kwargs, rows, target, settings)
 
 
@@ -232,7 +293,7 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
         node, edge_attr, lost, absorbed = p.relevance(seed)
         return Relevance(output=out.detach()[rows], seed=seed, target=target, node=node, edge=p.edge,
                          self_loops=p.self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
-                         task_level=level, mode=mode, return_type=return_type)
+                         task_level=level, mode=mode, return_type=return_type, embedding=p.embedding)
 
 
 def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
@@ -273,14 +334,14 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
                               "of nodes)")
             return None
         node, edge_attr, lost, absorbed = p.relevance(seed)
-        edge, self_loops = p.edge, p.self_loops
+        edge, self_loops, embedding = p.edge, p.self_loops, p.embedding
     if reaches_ring(c, node, edge, edge_attr, self_loops):
         _fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
                           "applied more often than it appears, or a pooling fed back to the nodes)")
         return None
     return Relevance(output=out.detach()[c.index], seed=seed, target=target, node=node, edge=edge,
                      self_loops=self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
-                     task_level=level, mode=mode, return_type=return_type)
+                     task_level=level, mode=mode, return_type=return_type, embedding=embedding)
 
 
 def _node_mask(relevance: Tensor, mask_type: Optional[MaskType]) -> Optional[Tensor]:
@@ -300,11 +361,14 @@ def _total(node: Tensor, edge_attr: Optional[Tensor]) -> float:
 
 def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Tensor], edge_attr: Optional[Tensor],
                    score: float, accounting: Optional[tuple[float, float]], node_mask_type: Optional[MaskType],
-                   edge_mask_type: Optional[MaskType], view: str, total: Optional[float] = None) -> Explanation:
+                   edge_mask_type: Optional[MaskType], view: str, total: Optional[float] = None,
+                   embedding: Optional[Tensor] = None) -> Explanation:
     """An ``Explanation`` with masks built from relevance, and its accounting:
     ``score``, ``relevance_total`` and, where ``accounting = (absorbed, lost)``
     was measured for it, ``absorbed``, ``lost`` and ``residual`` (else
-    ``unassigned = score - relevance_total``)."""
+    ``unassigned = score - relevance_total``). For integer ``x``, ``node``
+    is the relevance per categorical column and ``embedding`` (where given)
+    that per embedding dimension, kept as ``embedding_relevance``."""
     show = MASK_VIEWS[view]
     node_mask = _node_mask(node, node_mask_type)
     explanation = Explanation(
@@ -315,6 +379,8 @@ def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Te
         explanation.edge_attr_mask = show(edge_attr).detach()
     if self_loops is not None:
         explanation.self_loop_relevance = self_loops.detach()
+    if embedding is not None:
+        explanation.embedding_relevance = show(embedding).detach()
     explanation.score = score
     explanation.relevance_total = _total(node, edge_attr) if total is None else total
     if accounting is None:

@@ -15,7 +15,7 @@ explained (the argmax, or :math:`z > 0` per label).
 """
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -34,16 +34,22 @@ MASK_VIEWS = {
 }
 
 
-def check_x(x) -> None:
+def check_x(x, categorical: bool = False) -> None:
+    """``x`` is a tensor of floating-point node features or, where
+    ``categorical`` (``explain``, ``LRP``), integer categories that the
+    model looks up in embeddings (checked in the pass)."""
     if isinstance(x, dict):
         raise ValueError("x: heterogeneous graphs (dict inputs) are not supported yet.")
     if not isinstance(x, Tensor):
         raise TypeError(f"x: expected the node features as a tensor, got {type(x).__name__}.")
+    if categorical and not x.is_complex() and x.dtype != torch.bool and x.dim() in (1, 2):
+        return
     if not x.is_floating_point():
         raise TypeError(
             f"x: relevance is carried by floating-point node features, got dtype {x.dtype}. Pass x.float() "
             f"(for categorical features held as integers, explain the float embeddings: move the "
-            f"embedding lookup out of the model's forward)."
+            f"embedding lookup out of the model's forward; lrp.explain and LRP also explain integer x "
+            f"that the model looks up in embeddings)."
         )
 
 

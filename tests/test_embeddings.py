@@ -1,0 +1,270 @@
+"""Categorical inputs: integer ``x`` (and ``edge_attr``) looked up in
+embeddings inside the model (issue 11). Relevance starts at the outputs of
+the lookups; it equals the relevance of a twin model explained on those
+embeddings as float input.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.explain import Explainer
+from torch_geometric.nn import GCNConv, GINEConv
+
+import torch_geometric_lrp as lrp
+from explain_cases import assert_conserved, one_thread_fixture
+from torch_geometric_lrp.rules import Epsilon
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
+
+N, D, HID, C_OUT, COLS, CATS = 30, 6, 8, 3, 3, 5
+
+
+def graph(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    ring = torch.arange(N)
+    src = torch.cat([ring, torch.randint(0, N, (10,), generator=g)])
+    dst = torch.cat([(ring + 1) % N, torch.randint(0, N, (10,), generator=g)])
+    edge_index = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], dim=1)
+    x = torch.randint(0, CATS, (N, COLS), generator=g)
+    return x, edge_index
+
+
+class Rest(torch.nn.Module):
+    """GCNConv -> ReLU -> GCNConv on float node features."""
+
+    def __init__(self, bias: bool = True):
+        super().__init__()
+        self.conv1 = GCNConv(D, HID, bias=bias)
+        self.conv2 = GCNConv(HID, C_OUT, bias=bias)
+
+    def forward(self, h, edge_index):
+        return self.conv2(self.conv1(h, edge_index).relu(), edge_index)
+
+
+class Embedded(torch.nn.Module):
+    """Embedding -> Rest, on one categorical column (x of shape [N])."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(CATS, D)
+        self.rest = Rest()
+
+    def forward(self, x, edge_index):
+        return self.rest(self.emb(x), edge_index)
+
+
+class AtomEncoder(torch.nn.Module):
+    """OGB-style: one embedding per column, summed."""
+
+    def __init__(self, widths=None):
+        super().__init__()
+        self.embs = torch.nn.ModuleList(torch.nn.Embedding(CATS, w) for w in (widths or [D] * COLS))
+
+    def forward(self, x):
+        h = 0
+        for c, emb in enumerate(self.embs):
+            h += emb(x[:, c])
+        return h
+
+
+class Atoms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.encoder = AtomEncoder()
+        self.rest = Rest()
+
+    def forward(self, x, edge_index):
+        return self.rest(self.encoder(x), edge_index)
+
+
+class StackedTwin(torch.nn.Module):
+    """Atoms on float input: the per-column embeddings, [N, COLS * D], summed."""
+
+    def __init__(self, rest: Rest):
+        super().__init__()
+        self.rest = rest
+
+    def forward(self, e, edge_index):
+        return self.rest(e.view(e.shape[0], COLS, D).sum(1), edge_index)
+
+
+@pytest.mark.parametrize("subgraph", [True, False])
+def test_embedding_relevance_equals_the_float_twin(subgraph):
+    model = Embedded().eval()
+    x, edge_index = graph()
+    x = x[:, 0]  # one column, 1-D
+    ex = lrp.explain(model, x, edge_index, index=3, subgraph=subgraph)
+    with torch.no_grad():
+        e = model.emb(x)
+    twin = lrp.explain(model.rest, e, edge_index, index=3, subgraph=subgraph)
+    assert ex.embedding_relevance.shape == (N, D) and ex.node_mask.shape == (N, 1)
+    torch.testing.assert_close(ex.embedding_relevance, twin.node_mask)
+    torch.testing.assert_close(ex.node_mask, twin.node_mask.sum(-1, keepdim=True))
+    assert ex.score == pytest.approx(twin.score, rel=1e-6)
+    assert ex.relevance_total == pytest.approx(twin.relevance_total, rel=1e-5, abs=1e-6)
+    assert_conserved(ex)
+    torch.testing.assert_close(ex.edge_mask, twin.edge_mask)
+    assert ex.x is x and ex.node_mask.dtype == torch.float32
+
+
+@pytest.mark.parametrize("subgraph", [True, False])
+def test_atom_encoder_per_column_equals_the_stacked_twin(subgraph):
+    model = Atoms().eval()
+    x, edge_index = graph(1)
+    ex = lrp.explain(model, x, edge_index, index=[2, 7], subgraph=subgraph)
+    with torch.no_grad():
+        e = torch.cat([emb(x[:, c]) for c, emb in enumerate(model.encoder.embs)], dim=1)
+    twin = lrp.explain(StackedTwin(model.rest).eval(), e, edge_index, index=[2, 7], subgraph=subgraph)
+    per = twin.node_mask.view(N, COLS, D)
+    assert ex.node_mask.shape == (N, COLS)
+    torch.testing.assert_close(ex.node_mask, per.sum(-1), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(ex.embedding_relevance, per.sum(1), rtol=1e-4, atol=1e-6)
+    assert ex.score == pytest.approx(twin.score, rel=1e-6)
+    assert_conserved(ex)
+    assert_conserved(twin)
+    # relevance only on the explained targets' receptive field, and it adds up
+    assert float(ex.node_mask.sum()) == pytest.approx(ex.relevance_total, rel=1e-5, abs=1e-6)
+
+
+def test_conservation_without_biases_is_exact():
+    model = Atoms().eval()
+    model.rest = Rest(bias=False)
+    x, edge_index = graph(2)
+    ex = lrp.explain(model, x, edge_index, index=5, rules=Epsilon(0.0))
+    assert ex.relevance_total == pytest.approx(ex.score, rel=1e-5)
+    assert abs(ex.residual) < 1e-5 * (1 + abs(ex.score))
+    with torch.no_grad():
+        assert ex.score == pytest.approx(float(model(x, edge_index)[5].max()), rel=1e-6)
+
+
+def test_widths_differ_no_embedding_relevance():
+    model = Atoms().eval()
+    x, edge_index = graph(3)
+
+    class Cat(torch.nn.Module):  # per-column widths 2, 3, 1, concatenated to D
+        def __init__(self):
+            super().__init__()
+            self.embs = torch.nn.ModuleList(torch.nn.Embedding(CATS, w) for w in (2, 3, 1))
+            self.rest = model.rest
+
+        def forward(self, x, edge_index):
+            return self.rest(torch.cat([e(x[:, c]) for c, e in enumerate(self.embs)], -1), edge_index)
+
+    ex = lrp.explain(Cat().eval(), x, edge_index, index=4)
+    assert "embedding_relevance" not in ex and ex.node_mask.shape == (N, COLS)
+    assert_conserved(ex)
+
+
+@pytest.mark.parametrize("node_mask_type", ["attributes", "object", "common_attributes"])
+def test_through_pyg_explainer(node_mask_type):
+    model = Atoms().eval()
+    x, edge_index = graph(4)
+    explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type=node_mask_type,
+                          edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    ex = explainer(x, edge_index, index=6)
+    direct = lrp.explain(model, x, edge_index, index=6)
+    expected = {"attributes": direct.node_mask, "object": direct.node_mask.sum(-1, keepdim=True),
+                "common_attributes": direct.node_mask.sum(0, keepdim=True)}[node_mask_type]
+    torch.testing.assert_close(ex.node_mask, expected)
+    torch.testing.assert_close(ex.embedding_relevance, direct.embedding_relevance)
+    assert_conserved(ex)
+
+
+def test_bond_encoder_edge_attr():
+    class Molecule(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(2)
+            self.atoms = AtomEncoder()
+            self.bonds = torch.nn.ModuleList(torch.nn.Embedding(4, D) for _ in range(2))
+            self.conv = GINEConv(torch.nn.Linear(D, C_OUT))
+
+        def forward(self, x, edge_index, edge_attr):
+            e = self.bonds[0](edge_attr[:, 0]) + self.bonds[1](edge_attr[:, 1])
+            return self.conv(self.atoms(x), edge_index, e)
+
+    x, edge_index = graph(5)
+    edge_attr = torch.randint(0, 4, (edge_index.shape[1], 2), generator=torch.Generator().manual_seed(0))
+    model = Molecule().eval()
+    for subgraph in (True, False):
+        ex = lrp.explain(model, x, edge_index, index=1, edge_attr=edge_attr, subgraph=subgraph)
+        assert ex.node_mask.shape == (N, COLS) and ex.edge_attr_mask.shape == (edge_index.shape[1], 2)
+        assert float(ex.edge_attr_mask.abs().sum()) > 0
+        assert ex.relevance_total == pytest.approx(
+            float(ex.node_mask.sum() + ex.edge_attr_mask.sum()), rel=1e-5, abs=1e-6)
+        assert_conserved(ex)
+
+
+def test_float_edge_attr_with_integer_x():
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(4)
+            self.atoms = AtomEncoder()
+            self.conv = GINEConv(torch.nn.Linear(D, C_OUT), edge_dim=2)
+
+        def forward(self, x, edge_index, edge_attr):
+            return self.conv(self.atoms(x), edge_index, edge_attr)
+
+    x, edge_index = graph(10)
+    edge_attr = torch.rand(edge_index.shape[1], 2, generator=torch.Generator().manual_seed(1))
+    ex = lrp.explain(Mixed().eval(), x, edge_index, index=2, edge_attr=edge_attr)
+    assert ex.edge_attr_mask.shape == (edge_index.shape[1], 2) and float(ex.edge_attr_mask.abs().sum()) > 0
+    assert ex.relevance_total == pytest.approx(
+        float(ex.node_mask.sum() + ex.edge_attr_mask.sum()), rel=1e-5, abs=1e-6)
+    assert_conserved(ex)
+
+
+def test_other_uses_of_x_are_constants():
+    """An integer x also used as an index (here to pick a per-category
+    scale) gives that use no relevance; the lookup's share still adds up."""
+    class Scaled(Embedded):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.rand(CATS) + 0.5)
+
+        def forward(self, x, edge_index):
+            return self.rest(self.emb(x) * self.scale[x].unsqueeze(-1), edge_index)
+
+    x, edge_index = graph(6)
+    ex = lrp.explain(Scaled().eval(), x[:, 0], edge_index, index=0)
+    assert ex.node_mask.shape == (N, 1)
+    assert_conserved(ex)
+
+
+def test_float_x_is_unchanged_gradient_times_input():
+    """LRP-0 on a bias-free ReLU model: relevance equals gradient x input."""
+    model = Rest(bias=False).eval()
+    torch.manual_seed(3)
+    x = torch.randn(N, D)
+    _, edge_index = graph(7)
+    ex = lrp.explain(model, x, edge_index, index=3, rules=Epsilon(0.0))
+    xg = x.clone().requires_grad_()
+    out = model(xg, edge_index)
+    out[3, out[3].argmax()].backward()
+    torch.testing.assert_close(ex.node_mask, xg.grad * x, rtol=1e-4, atol=1e-6)
+    assert "embedding_relevance" not in ex
+
+
+@pytest.mark.parametrize("api", ["explain", "explainer"])
+def test_integer_x_without_a_lookup_names_x(api):
+    model = Rest().eval()
+    x, edge_index = graph(8)
+    x = x[:, :1].expand(N, D).contiguous()
+    with pytest.raises(TypeError, match=r"x: relevance is carried by floating-point node features or by an "
+                                        r"embedding lookup of x.*x\.float\(\)"):
+        if api == "explain":
+            lrp.explain(model, x, edge_index, index=3)
+        else:
+            Explainer(model, algorithm=lrp.LRP(), explanation_type="phenomenon", node_mask_type="attributes",
+                      model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))(
+                x, edge_index, index=3, target=torch.zeros(N, dtype=torch.long))
+
+
+def test_integer_x_elsewhere_still_refused_up_front():
+    x, edge_index = graph(9)
+    with pytest.raises(TypeError, match="x: relevance is carried by floating-point node features"):
+        lrp.explain_nodes(Embedded().eval(), x[:, 0], edge_index, torch.tensor([3]))
