@@ -58,7 +58,7 @@ from torch_geometric.explain import Explanation
 from torch_geometric.explain.config import ModelTaskLevel
 from torch_geometric.nn import MessagePassing
 
-from .explainers.core import Pass, Settings, _fall_back, _resolve, _same
+from .explainers.core import Pass, Settings, fall_back, resolve_task, same_output
 from .explainers.subgraph import Cut, count_hops, cut, message_flow, slice_inputs
 from .explainers.targets import check_edge_index, check_rules, check_target, check_x, seed_of
 from .mode import unwrap
@@ -340,15 +340,15 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         full = None if c is None else p.plain(x, edge_index, kwargs)
         if c is not None and (out.shape[0] != c.num_nodes or full.shape[0] != n):
             return None  # not node-level: the whole input
-        level, mode, _ = _resolve(p, settings, rows_n, edge_index if c is None else c.edge_index, inputs)
+        level, mode, _ = resolve_task(p, settings, rows_n, edge_index if c is None else c.edge_index, inputs)
         if level == ModelTaskLevel.edge:
             raise ValueError("task_level: walks explain node- and graph-level outputs; this model is edge-level.")
         if c is not None and level != ModelTaskLevel.node:
             return None
         if index >= (out.shape[0] if c is None else n):
             raise ValueError(f"index: row {index} is out of range for an output of {out.shape[0]} rows.")
-        if c is not None and not _same(out.detach()[c.index], full[index:index + 1]):
-            _fall_back(model, "the target's output on its computation subgraph differs from the full graph's")
+        if c is not None and not same_output(out.detach()[c.index], full[index:index + 1]):
+            fall_back(model, "the target's output on its computation subgraph differs from the full graph's")
             return None
         checked = check_target(target, mode)
         place = torch.tensor([index], device=out.device) if c is None else c.index
@@ -358,7 +358,7 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         start, first = steps.start(), steps.first_order()
         reached = _check_chain(steps, start, first)
         if c is not None and bool(reached[:, c.ring].any()):
-            _fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
+            fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
             return None
         info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
                     start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n, reached=reached,

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from ..rules import Rule
 from . import distributed as shard
-from .core import Settings, _total, explain_rows, explanation_of, on_cut, on_graph
+from .core import Settings, explain_rows, input_total, explanation_of, on_cut, on_graph
 from .subgraph import Cut, Incidence, count_hops, cut_each, message_flow, split
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
@@ -377,7 +377,7 @@ def _sparse(parts: Iterator[_Part], index: Tensor, num_nodes: int, num_edges: in
         edge_attrs.add(edge_ids, None if part.edge_attr is None else show(part.edge_attr.sum(dim=-1)))
         targets.append(part.target)
         scores.append(part.score)
-        totals.append(_total(part.relevance, part.edge_attr))
+        totals.append(input_total(part.relevance, part.edge_attr))
     t = index.numel()
     return NodeRelevance(
         index=index.clone(),

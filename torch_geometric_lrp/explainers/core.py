@@ -43,7 +43,7 @@ from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, i
                       seed_of)
 
 __all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut",
-           "explanation_of"]
+           "explanation_of", "resolve_task", "same_output", "fall_back", "input_total"]
 
 
 class SubgraphWarning(UserWarning):
@@ -222,8 +222,8 @@ def _categorical(source: Tensor, name: str, lookups: list, found: list) -> tuple
     return per_column, per_dim
 
 
-def _resolve(p: Pass, settings: Settings, num_nodes: int, edge_index, kwargs: dict
-             ) -> tuple[ModelTaskLevel, ModelMode, ModelReturnType]:
+def resolve_task(p: Pass, settings: Settings, num_nodes: int, edge_index, kwargs: dict
+                 ) -> tuple[ModelTaskLevel, ModelMode, ModelReturnType]:
     """Task level, mode and return type: as given, else read off the pass's output."""
     activated = p.logits is not p.out
     out = p.out.detach()
@@ -233,13 +233,15 @@ def _resolve(p: Pass, settings: Settings, num_nodes: int, edge_index, kwargs: di
     return level, mode, return_type
 
 
-def _same(a: Tensor, b: Tensor) -> bool:
+def same_output(a: Tensor, b: Tensor) -> bool:
+    """Two outputs of the model agree (up to float noise, NaN equal to NaN)."""
     finite = a[torch.isfinite(a)]
     scale = finite.abs().max().item() if finite.numel() else 1.0
     return a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5 * (1.0 + scale), equal_nan=True)
 
 
-def _fall_back(model: torch.nn.Module, reason: str) -> None:
+def fall_back(model: torch.nn.Module, reason: str) -> None:
+    """Warn that a subgraph did not prove itself and the full graph is used."""
     warnings.warn(f"LRP: the computation subgraph of the targets does not explain {type(model).__name__}: "
                   f"{reason}. Explaining on the full graph instead.", SubgraphWarning, stacklevel=4)
 
@@ -269,7 +271,7 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
         if 2 * c.num_nodes <= n and not slice_inputs(kwargs, c, n, e)[1]:
             result = on_cut(model, x, edge_index, kwargs, c, rows, target, settings)
             if result is not None:
-                return replace(result, total=_total(result.node, result.edge_attr),
+                return replace(result, total=input_total(result.node, result.edge_attr),
                                node=_spread(result.node, c.nodes, n), edge=_spread(result.edge, c.edge_id, e),
                                self_loops=_spread(result.self_loops, c.nodes, n),
                                edge_attr=_spread(result.edge_attr, c.edge_id, e),
@@ -282,7 +284,7 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
     """The pass on the whole input."""
     with Pass(model, settings) as p:
         out = p.forward(x, edge_index, kwargs)
-        level, mode, return_type = _resolve(p, settings, x.shape[0], edge_index, kwargs)
+        level, mode, return_type = resolve_task(p, settings, x.shape[0], edge_index, kwargs)
         if rows is None:
             rows = torch.arange(out.shape[0], device=out.device)
         elif rows.numel() and int(rows.max()) >= out.shape[0]:
@@ -320,23 +322,23 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
                 return None  # not node-level
             raise ValueError(f"task_level: node-level explanations need one output row per node; the model gave "
                              f"{out.shape[0]} rows for {c.num_nodes} nodes.")
-        level, mode, return_type = _resolve(p, settings, c.num_nodes, c.edge_index, inputs)
+        level, mode, return_type = resolve_task(p, settings, c.num_nodes, c.edge_index, inputs)
         if level != ModelTaskLevel.node:
             return None
         target = check_target(target, mode, settings.phenomenon)
         seed, target = seed_of(p.logits, c.index, rows, n, target, mode)
         if isinstance(check, Exception):
-            _fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
+            fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
-        if not _same(out.detach()[c.index], check[context.index]):
-            _fall_back(model, "the targets' outputs change when unrelated nodes are present, so the model reads "
+        if not same_output(out.detach()[c.index], check[context.index]):
+            fall_back(model, "the targets' outputs change when unrelated nodes are present, so the model reads "
                               "the graph as a whole (a statistic over all nodes, node positions or the number "
                               "of nodes)")
             return None
         node, edge_attr, lost, absorbed = p.relevance(seed)
         edge, self_loops, embedding = p.edge, p.self_loops, p.embedding
     if reaches_ring(c, node, edge, edge_attr, self_loops):
-        _fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
+        fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
                           "applied more often than it appears, or a pooling fed back to the nodes)")
         return None
     return Relevance(output=out.detach()[c.index], seed=seed, target=target, node=node, edge=edge,
@@ -354,7 +356,7 @@ def _node_mask(relevance: Tensor, mask_type: Optional[MaskType]) -> Optional[Ten
     return relevance.sum(dim=0, keepdim=True)  # common_attributes
 
 
-def _total(node: Tensor, edge_attr: Optional[Tensor]) -> float:
+def input_total(node: Tensor, edge_attr: Optional[Tensor]) -> float:
     """Relevance on the inputs, ``x`` and ``edge_attr``, summed in float64."""
     return float(node.sum(dtype=torch.float64) + (0.0 if edge_attr is None else edge_attr.sum(dtype=torch.float64)))
 
@@ -382,7 +384,7 @@ def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Te
     if embedding is not None:
         explanation.embedding_relevance = show(embedding).detach()
     explanation.score = score
-    explanation.relevance_total = _total(node, edge_attr) if total is None else total
+    explanation.relevance_total = input_total(node, edge_attr) if total is None else total
     if accounting is None:
         explanation.unassigned = score - explanation.relevance_total
     else:
