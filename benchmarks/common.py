@@ -25,7 +25,7 @@ Datasets (all synthetic, generated here with PyG's generators)
   one edge, a house (class 0) or a 5-cycle (class 1), 100 each; 10 constant
   features; ground truth = the motif's edges and nodes.
 
-Models: 3 message-passing layers (hidden 32) with ``torch.nn.ReLU`` modules and
+Models: 3 message-passing layers (hidden 64) with ``torch.nn.ReLU`` modules and
 a linear head; ``GCN`` uses ``GCNConv``, ``GIN`` uses ``GINConv`` over a
 two-layer MLP; graph models read out with ``global_mean_pool``.
 """
