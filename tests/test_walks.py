@@ -427,3 +427,42 @@ def test_the_two_ways_to_enumerate_agree(make):
         assert one[key] == pytest.approx(two[key], rel=1e-9, abs=1e-14)
     per_start = torch.zeros(9, dtype=torch.float64).index_add_(0, p1[:, 0], v1)
     torch.testing.assert_close(per_start, first.sum(-1), rtol=1e-9, atol=1e-12)
+
+
+class Categorical(torch.nn.Module):
+    """Embedding of integer node categories, then two GCN layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(5, 3)
+        self.convs = torch.nn.ModuleList([GCNConv(3, 4), GCNConv(4, 3)])
+
+    def body(self, h, edge_index):
+        return self.convs[1](self.convs[0](h, edge_index).relu(), edge_index)
+
+    def forward(self, x, edge_index):
+        return self.body(self.embedding(x), edge_index)
+
+
+class OnEmbedding(torch.nn.Module):
+    def __init__(self, categorical):
+        super().__init__()
+        self.categorical = categorical
+
+    def forward(self, h, edge_index):
+        return self.categorical.body(h, edge_index)
+
+
+def test_walks_of_integer_categories_start_at_their_embeddings():
+    """Walks of a model that looks its integer x up in an embedding equal
+    the walks of the same layers explained on the embedded features."""
+    _, ei = graph(8, 0.3, seed=16)
+    x = torch.randint(0, 5, (8,), generator=torch.Generator().manual_seed(16))
+    torch.manual_seed(16)
+    model = Categorical().double().eval()
+    w = lrp.walks(model, x, ei, 3, rules=Gamma(0.25))
+    twin = lrp.walks(OnEmbedding(model), model.embedding(x).detach(), ei, 3, rules=Gamma(0.25))
+    assert torch.equal(w.walks, twin.walks)
+    torch.testing.assert_close(w.relevance, twin.relevance, rtol=1e-12, atol=1e-15)
+    explanation = lrp.explain(model, x, ei, index=3, rules=Gamma(0.25), subgraph=False)
+    torch.testing.assert_close(w.node_relevance, explanation.node_mask.sum(-1), rtol=1e-9, atol=1e-12)

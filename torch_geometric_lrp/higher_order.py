@@ -169,19 +169,20 @@ class _Steps:
     """The levels of one relevance pass and the backward of each step.
 
     States are ``[B, N, W_m]``: ``B`` seeds side by side, ``W_m`` the widths
-    of level ``m``'s streams, concatenated.
+    of level ``m``'s streams, concatenated. Level 0 is the explained input:
+    ``x``, or for integer ``x`` the outputs of its embedding lookups.
     """
 
-    def __init__(self, x: Tensor, levels: list[tuple[Tensor, ...]], out: Tensor, seed: Tensor):
-        self.x, self.levels, self.out, self.seed = x, levels, out, seed
-        self.n = x.shape[0]
+    def __init__(self, inputs: tuple[Tensor, ...], levels: list[tuple[Tensor, ...]], out: Tensor, seed: Tensor):
+        self.inputs, self.levels, self.out, self.seed = inputs, levels, out, seed
+        self.n = inputs[0].shape[0]
 
     @property
     def depth(self) -> int:
         return len(self.levels)
 
     def _tensors(self, m: int) -> tuple[Tensor, ...]:
-        return (self.x,) if m == 0 else self.levels[m - 1]
+        return self.inputs if m == 0 else self.levels[m - 1]
 
     def width(self, m: int) -> int:
         return sum(t[0].numel() if t.dim() else 1 for t in self._tensors(m))
@@ -198,9 +199,9 @@ class _Steps:
         return self._flat(grads, self.depth, 1)
 
     def first_order(self) -> Tensor:
-        """Relevance of ``x`` for the seed, by the plain backward: ``[N, F]``."""
-        (grad,) = torch.autograd.grad(self.out, [self.x], self.seed, retain_graph=True, allow_unused=True)
-        return torch.zeros_like(self.x) if grad is None else grad
+        """Relevance of the input for the seed, by the plain backward: ``[N, W_0]``."""
+        grads = torch.autograd.grad(self.out, self.inputs, self.seed, retain_graph=True, allow_unused=True)
+        return self._flat(grads, 0, 1)[0]
 
     def step(self, m: int, states: Tensor) -> Tensor:
         """States of level ``m`` (``[B, N, W_m]``) to level ``m - 1``."""
@@ -233,7 +234,7 @@ class _Steps:
         w, w_below = self.width(m), self.width(m - 1)
         chunk = max(1, _BUDGET // max(1, w * self.n * w_below))
         js, is_, bs = [], [], []
-        dtype, device = self.x.dtype, self.x.device
+        dtype, device = self.inputs[0].dtype, self.inputs[0].device
         for start in range(0, rows.numel(), chunk):
             r = rows[start:start + chunk]
             seeds = torch.zeros(r.numel() * w, self.n, w, dtype=dtype, device=device)
@@ -285,7 +286,7 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     half the graph and proves itself: the target's output equals the full
     graph's, and no relevance reaches the nodes kept for the degrees only.
     Otherwise (and for graph-level targets) on the whole input."""
-    check_x(x)
+    check_x(x, categorical=True)
     check_edge_index(edge_index, None)
     check_rules(rules)
     index = _check_index(index)
@@ -354,7 +355,9 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         place = torch.tensor([index], device=out.device) if c is None else c.index
         rows = torch.tensor([index], device=out.device)
         seed, explained = seed_of(p.logits, place, rows, n, checked, mode)
-        steps = _Steps(p.x, levels, out, seed.view_as(out))
+        # integer x: relevance starts at its embedding lookups (their outputs are level 0)
+        inputs = (p.x,) if p.x.is_floating_point() else tuple(t for name, _, t in p.mode.lookups if name == "x")
+        steps = _Steps(inputs, levels, out, seed.view_as(out))
         start, first = steps.start(), steps.first_order()
         reached = _check_chain(steps, start, first)
         if c is not None and bool(reached[:, c.ring].any()):
