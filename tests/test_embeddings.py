@@ -264,7 +264,19 @@ def test_integer_x_without_a_lookup_names_x(api):
                 x, edge_index, index=3, target=torch.zeros(N, dtype=torch.long))
 
 
-def test_integer_x_elsewhere_still_refused_up_front():
+def test_explain_nodes_explains_integer_x_as_explain_does():
     x, edge_index = graph(9)
+    x = x[:, 0]
+    model = Embedded().eval()
+    index = torch.tensor([3, 5, 3])
+    listed = lrp.explain_nodes(model, x, edge_index, index, batch_size=2)
+    sparse = lrp.explain_nodes(model, x, edge_index, index, batch_size=2, output="sparse")
+    for k, (t, ex) in enumerate(zip(index.tolist(), listed)):
+        alone = lrp.explain(model, x, edge_index, index=t, subgraph=False)
+        torch.testing.assert_close(ex.node_mask, alone.node_mask[ex.node_index])
+        torch.testing.assert_close(ex.embedding_relevance, alone.embedding_relevance[ex.node_index])
+        row = sparse.node_relevance.to_dense()[k]
+        torch.testing.assert_close(row[ex.node_index], ex.node_mask.sum(-1))
+        assert sparse.node_relevance.dtype == ex.node_mask.dtype
     with pytest.raises(TypeError, match="x: relevance is carried by floating-point node features"):
-        lrp.explain_nodes(Embedded().eval(), x[:, 0], edge_index, torch.tensor([3]))
+        lrp.explain_nodes(model.rest, x, edge_index, torch.tensor([3]))

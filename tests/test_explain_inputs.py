@@ -147,22 +147,8 @@ def test_explanations_under_no_grad_and_inference_mode(context, api):
 
 # ---------------------------------------------------------------------------
 # Item 11: integer features
-# ---------------------------------------------------------------------------
-# explain and the Explainer now explain integer x through the model's embedding
-# lookups (a pass has to run to see them): their errors are in test_embeddings.py
-@pytest.mark.parametrize("api", ["explain_nodes"])
-def test_integer_x_names_x_and_the_fix(api, no_work):
-    model = build("gcn")
-    x, edge_index, _ = inputs("node")
-    x = x.round().long()
-    with pytest.raises(TypeError, match=r"x: relevance is carried by floating-point node features.*x\.float\(\)"):
-        if api == "explain":
-            lrp.explain(model, x, edge_index, index=3)
-        elif api == "explainer":  # phenomenon: PyG runs no prediction of its own first
-            lrp_explainer(model, "multiclass_classification", "raw", "node", "phenomenon")(
-                x, edge_index, index=3, target=torch.zeros(N, dtype=torch.long))
-        else:
-            lrp.explain_nodes(model, x, edge_index, torch.tensor([3]))
+# explain, the Explainer and explain_nodes explain integer x through the model's
+# embedding lookups (a pass has to run to see them): their errors are in test_embeddings.py
 
 
 # ---------------------------------------------------------------------------

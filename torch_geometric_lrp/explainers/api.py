@@ -248,7 +248,7 @@ def explain_nodes(
         With ``output='sparse'``, one :class:`NodeRelevance` holding the same
         numbers.
     """
-    check_x(x)
+    check_x(x, categorical=True)
     if not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided:
         raise ValueError("edge_index: explain_nodes cuts each target's subgraph out of a [2, E] edge_index; pass "
                          "the edges (torch_geometric.utils.to_edge_index(adj)), or explain each node with "
@@ -285,7 +285,7 @@ def explain_nodes(
                        settings, batch_size, progress if rank == 0 else False)
         if output == "list":
             return [_explanation(part, x, edge_index, mask) for part in parts]
-        return _sparse(parts, index[mine], n, e, mask, x.dtype)
+        return _sparse(parts, index[mine], n, e, mask)
 
     if world_size == 1:
         return run()
@@ -309,6 +309,7 @@ class _Part:
     score: float
     accounting: Optional[tuple[float, float]]  # (absorbed, lost), where measured for this target alone
     target: Tensor
+    embedding: Optional[Tensor] = None  # integer x: relevance per embedding dimension, [n, D]
 
 
 def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, target: Optional[Tensor],
@@ -331,14 +332,15 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
                 one = on_graph(model, x, edge_index, kwargs, chunk[k:k + 1],
                                chunk_target if not per_target else chunk_target[k:k + 1], settings)
                 yield _Part(t, None, one.node, one.edge, one.self_loops, one.edge_attr, one.score,
-                            (one.absorbed, one.lost), one.target[0])
+                            (one.absorbed, one.lost), one.target[0], one.embedding)
                 continue
             rows = slice(node_starts[k], node_starts[k] + c.num_nodes)
             cols = slice(edge_starts[k], edge_starts[k] + c.edge_id.numel())
             seed = result.seed.reshape(result.seed.shape[0], -1)[rows].sum(dtype=torch.float64).item()
             yield _Part(t, c, result.node[rows], _rows(result.edge, cols), _rows(result.self_loops, rows),
                         _rows(result.edge_attr, cols), seed,
-                        (result.absorbed, result.lost) if chunk.numel() == 1 else None, result.target[k])
+                        (result.absorbed, result.lost) if chunk.numel() == 1 else None, result.target[k],
+                        _rows(result.embedding, rows))
 
 
 def _rows(values: Optional[Tensor], where: slice) -> Optional[Tensor]:
@@ -348,7 +350,7 @@ def _rows(values: Optional[Tensor], where: slice) -> Optional[Tensor]:
 def _explanation(part: _Part, x: Tensor, edge_index: Tensor, mask: str) -> Explanation:
     """The ``Explanation`` of one target, on its subgraph (or the whole graph)."""
     ex = explanation_of(part.relevance, part.edge, part.self_loops, part.edge_attr, part.score, part.accounting,
-                        MaskType.attributes, MaskType.object, mask)
+                        MaskType.attributes, MaskType.object, mask, embedding=part.embedding)
     c = part.cut
     if c is None:
         ex.node_index, ex.edge_id = torch.arange(x.shape[0]), torch.arange(edge_index.shape[1])
@@ -360,14 +362,15 @@ def _explanation(part: _Part, x: Tensor, edge_index: Tensor, mask: str) -> Expla
     return ex
 
 
-def _sparse(parts: Iterator[_Part], index: Tensor, num_nodes: int, num_edges: int, mask: str,
-            dtype: torch.dtype) -> NodeRelevance:
+def _sparse(parts: Iterator[_Part], index: Tensor, num_nodes: int, num_edges: int, mask: str) -> NodeRelevance:
     """The parts' relevance as :class:`NodeRelevance`: per target, the
     nonzero entries of its row, columns ascending."""
     show = MASK_VIEWS[mask]
     nodes, edges, edge_attrs = _Coo(), _Coo(), _Coo()
     targets, scores, totals = [], [], []
+    dtype = torch.get_default_dtype()  # of the relevance (for integer x, of its embeddings)
     for part in parts:
+        dtype = part.relevance.dtype
         c = part.cut
         device = part.relevance.device
         node_ids = torch.arange(num_nodes, device=device) if c is None else c.nodes
