@@ -51,6 +51,8 @@ _SUPPORTED: set[type] = {
     pyg_nn.TAGConv, pyg_nn.SSGConv, pyg_nn.MixHopConv, pyg_nn.ClusterGCNConv, pyg_nn.LEConv,
     pyg_nn.AGNNConv, GATEConv, pyg_nn.RGCNConv, pyg_nn.FastRGCNConv, pyg_nn.NNConv, pyg_nn.FiLMConv,
     pyg_nn.ResGatedGraphConv, pyg_nn.ARMAConv, pyg_nn.SimpleConv, pyg_nn.LGConv, pyg_nn.WLConvContinuous,
+    # PyG normalisation layers, statistics held constant (tests/test_norm_layers.py)
+    pyg_nn.GraphNorm, pyg_nn.LayerNorm, pyg_nn.InstanceNorm, pyg_nn.PairNorm,
 }
 # Bases whose generated or user-facing subclasses are supported as a family.
 _SUPPORTED_BASES: tuple[type, ...] = (PyGSequential, BasicGNN)

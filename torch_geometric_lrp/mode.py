@@ -148,6 +148,9 @@ def _detach_parameters(args, kwargs):
 
 _PYG_SOFTMAX = _pyg_softmax.__code__
 
+# Non-linear ops that compute a normalisation layer's statistics (see RelevanceMode._in_norm).
+_STATISTICS = frozenset("""pow __pow__ square sqrt rsqrt std var norm mul __mul__""".split())
+
 _names: dict = {}  # func -> short name (resolve_name is slow: cache it)
 
 
@@ -475,7 +478,8 @@ index_put gather_csr
 """.split())
 LINEAR_OPS: dict[str, str] = {
     **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
-    "linear": "linear", "batch_norm": "batch_norm", **{name: "copy" for name in MAP_COPIES},
+    "linear": "linear", "batch_norm": "batch_norm", "instance_norm": "instance_norm",
+    **{name: "copy" for name in MAP_COPIES},
 }
 # In-place ops run out of place (the caller uses the returned tensor).
 _OUT_OF_PLACE = {
@@ -503,6 +507,8 @@ def _is_linear(name: str, kind: str, args, kwargs) -> bool:
     if kind == "batch_norm":
         training = args[5] if len(args) > 5 else kwargs.get("training", False)
         return not training and not _carries(args[1:]) and not _carries(list(kwargs.values()))
+    if kind == "instance_norm":
+        return not _carries(args[1:]) and not _carries(list(kwargs.values()))
     if name.startswith("scatter_reduce"):
         reduce = args[4] if len(args) > 4 else kwargs.get("reduce")
         return reduce in ("sum", "mean")
@@ -621,6 +627,10 @@ class RelevanceMode(TorchFunctionMode):
         """It is done (a forward hook that is always called)."""
         if current_mode() is self and self._stack and self._stack[-1][0] is module:
             self._stack.pop()
+
+    def _in_norm(self) -> bool:
+        """A normalisation layer of PyG (``torch_geometric.nn.norm``) is running."""
+        return any(type(m).__module__.startswith("torch_geometric.nn.norm") for m, _ in self._stack)
 
     def current_rule(self) -> Rule:
         return self._stack[-1][1] if self._stack else self.default_rule
@@ -752,6 +762,28 @@ class RelevanceMode(TorchFunctionMode):
         shape[1 if input.dim() > 1 else 0] = -1
         scaled = self._linear_op("mul", torch.mul, "mul", rule, (input, scale.view(shape)), {})
         return self._linear_op("add", torch.add, "add", rule, (scaled, shift.view(shape)), {})
+
+    def _instance_norm(self, rule: Rule, input, running_mean=None, running_var=None, weight=None, bias=None,
+                       use_input_stats=True, momentum=0.1, eps=1e-5, cudnn_enabled=False):
+        r"""Instance norm is :math:`(x - \mu(x)) s + b` per channel: the mean
+        over the instance is a linear op of the map, the scale
+        :math:`s = w / \sqrt{\sigma^2 + \epsilon}` a gate (the variance held
+        constant, as for LayerNorm), ``b`` a bias. With running statistics
+        (``use_input_stats=False``) it is batch norm."""
+        if not use_input_stats:
+            return self._batch_norm(rule, input, running_mean, running_var, weight, bias, False, momentum, eps)
+        dims = tuple(range(2, input.dim()))
+        shape = [1] * input.dim()
+        shape[1] = -1
+        scale = torch.rsqrt(input.detach().var(dim=dims, unbiased=False, keepdim=True) + eps)
+        if weight is not None:
+            scale = scale * weight.detach().view(shape)
+        mean = self._linear_op("mean", torch.mean, "add", rule, (input,), {"dim": dims, "keepdim": True})
+        centred = self._linear_op("sub", torch.sub, "add", rule, (input, mean), {})
+        out = self._linear_op("mul", torch.mul, "mul", rule, (centred, scale), {})
+        if bias is None:
+            return out
+        return self._linear_op("add", torch.add, "add", rule, (out, bias.detach().view(shape)), {})
 
     def _modified(self, t: Tensor, modify: Callable[[Tensor], Tensor]) -> Tensor:
         """``modify(t)``; for a parameter computed once per pass."""
@@ -935,12 +967,20 @@ class RelevanceMode(TorchFunctionMode):
             if not isinstance(rule, Pass) and _is_linear(name, kind, args, kwargs):
                 if kind == "batch_norm":
                     return self._batch_norm(rule, *args, **kwargs)
+                if kind == "instance_norm":
+                    return self._instance_norm(rule, *args, **kwargs)
                 out = self._linear_op(name, func, kind, rule, args, kwargs)
                 if out is not NotImplemented:
                     return out
         # A non-linear op (or the op-level Pass rule): the maps feeding it end
         # here (their outputs are already closed), parameters are constants.
         args, kwargs = _detach_parameters(args, kwargs)
+        if name in _STATISTICS and self._in_norm():
+            # Inside a normalisation layer, a non-linear op of the signal computes
+            # a statistic (a variance, std or norm): held constant, a gate, as
+            # LRP treats LayerNorm's std; centring and scaling stay linear.
+            a, kw = _walk(args, kwargs, lambda t, key: t.detach())
+            return func(*a, **kw)
         handler = HANDLERS.get(name)
         if handler is not None:
             out = handler(self, *args, **kwargs)
