@@ -7,7 +7,8 @@ r"""One way to explain: the pass, the cut, the check, the ``Explanation``.
 (:mod:`.subgraph`) for node-level targets, else on the whole input.
 
 A pass on the subgraph is used only when it proves itself: the targets'
-outputs are the same with unrelated nodes present, and no relevance reached
+outputs equal the full graph's (on graphs of up to ``FULL_CHECK_EDGES``
+edges; above, they are the same with unrelated nodes present), and no relevance reached
 the nodes that are there for the degrees only. Otherwise the full graph is
 explained and a :class:`SubgraphWarning` says why.
 
@@ -44,6 +45,10 @@ from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, i
 
 __all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut",
            "explanation_of", "resolve_task", "same_output", "fall_back", "input_total"]
+
+
+#: Graphs with at most this many edges check a cut against the full graph's output.
+FULL_CHECK_EDGES = 50_000
 
 
 class SubgraphWarning(UserWarning):
@@ -305,10 +310,15 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     where the model is not node-level, or (with a :class:`SubgraphWarning`)
     where the cut does not prove itself."""
     n, e = x.shape[0], edge_index.shape[1]
-    context = with_context(c, n)
+    # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
+    # output itself (a proof that the cut gives the targets' outputs); above,
+    # the cut with unrelated nodes added, which costs about what the cut costs
+    # (a model that saturates on both could still read the graph as a whole).
+    context = None if e <= FULL_CHECK_EDGES else with_context(c, n)
     with Pass(model, settings) as p:
         try:
-            check = p.plain(x[context.nodes], context.edge_index, slice_inputs(kwargs, context, n, e)[0])
+            check = p.plain(x, edge_index, kwargs) if context is None else \
+                p.plain(x[context.nodes], context.edge_index, slice_inputs(kwargs, context, n, e)[0])
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
         inputs = slice_inputs(kwargs, c, n, e)[0]
@@ -316,7 +326,7 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
         # a graph-level output of a one-node cut also has one row per node:
         # the check's output (on more nodes) tells them apart
         rows_per_node = out.shape[0] == c.num_nodes and (
-            isinstance(check, Exception) or check.shape[0] == context.num_nodes)
+            isinstance(check, Exception) or check.shape[0] == (n if context is None else context.num_nodes))
         if not rows_per_node:
             if settings.task_level is None:
                 return None  # not node-level
@@ -330,7 +340,13 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
         if isinstance(check, Exception):
             fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
-        if not same_output(out.detach()[c.index], check[context.index]):
+        if context is None and not same_output(out.detach()[c.index], check[rows]):
+            fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "
+                              "further than its message-passing layers count (a layer applied more often than it "
+                              "appears) or reads the graph as a whole (a statistic over all nodes, node positions "
+                              "or the number of nodes)")
+            return None
+        if context is not None and not same_output(out.detach()[c.index], check[context.index]):
             fall_back(model, "the targets' outputs change when unrelated nodes are present, so the model reads "
                               "the graph as a whole (a statistic over all nodes, node positions or the number "
                               "of nodes)")
