@@ -71,6 +71,14 @@ class GCN(Model):
         return self.conv2(x, edge_index)
 
 
+class Normalized(GCN):
+    """Not local: its hidden features are normalised over all nodes."""
+
+    def logits(self, x, edge_index):
+        h = F.normalize(F.relu(self.conv1(x, edge_index)), dim=0)
+        return self.conv2(h, edge_index)
+
+
 class GIN(Model):
     def __init__(self, out, act=None, bias=True):
         super().__init__()

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch_geometric.nn import GCNConv
 from torch_geometric.utils import to_undirected
 
 import torch_geometric_lrp as lrp
-from explain_cases import (C, DATA, F_IN, GCN, GINE, HID, N, NODE_MODELS, CachedGCN, Weighted, edge_attr_data, assert_conserved, build, check_relevance,
+from explain_cases import (C, DATA, F_IN, GINE, N, NODE_MODELS, CachedGCN, Normalized, Weighted, edge_attr_data, assert_conserved, build, check_relevance,
                            logits_of, one_thread_fixture, other_target, out_dim, sparse_graph)
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
@@ -173,11 +171,6 @@ def test_a_boolean_mask_selects_its_nodes():
 def test_explain_nodes_falls_back_for_a_model_that_is_not_local(batch_size):
     """A global statistic: each target is explained on the full graph, with
     a warning, and equals lrp.explain(..., subgraph=False)."""
-
-    class Normalized(GCN):
-        def logits(self, x, edge_index):
-            h = F.normalize(F.relu(self.conv1(x, edge_index)), dim=0)
-            return self.conv2(h, edge_index)
 
     torch.manual_seed(0)
     model = Normalized(C).eval()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import torch_geometric_lrp as lrp
-from explain_cases import C, DATA, GCN, GINE, N, NODE_MODELS, build, edge_attr_data, one_thread_fixture, sparse_graph
+from explain_cases import (C, DATA, GINE, N, NODE_MODELS, Normalized, build, edge_attr_data, one_thread_fixture,
+                           sparse_graph)
 from torch_geometric_lrp.explainers import api, subgraph
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
@@ -95,11 +95,6 @@ def test_sparse_output_with_edge_attr():
 
 
 def test_sparse_output_after_a_fallback_to_the_full_graph():
-    class Normalized(GCN):
-        def logits(self, x, edge_index):
-            h = F.normalize(F.relu(self.conv1(x, edge_index)), dim=0)
-            return self.conv2(h, edge_index)
-
     torch.manual_seed(0)
     model = Normalized(C).eval()
     x, edge_index = sparse_graph()
