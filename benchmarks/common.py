@@ -32,6 +32,7 @@ two-layer MLP; graph models read out with ``global_mean_pool``.
 from __future__ import annotations
 
 import math
+import statistics
 import os
 import platform
 import random
@@ -496,6 +497,12 @@ def explain(method: Method, inst: Instance, seed: int = 0) -> Explanation:
 # ---------------------------------------------------------------------------
 # Metrics
 # ---------------------------------------------------------------------------
+
+def nanmean(v) -> float:
+    """Mean of the values that are not NaN (NaN when there are none)."""
+    v = [a for a in v if not math.isnan(a)]
+    return statistics.fmean(v) if v else float("nan")
+
 
 def auroc(scores: Tensor, labels: Tensor) -> float:
     """Area under the ROC curve (Mann-Whitney U with average ranks for ties;

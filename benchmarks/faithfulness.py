@@ -104,7 +104,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import (  # noqa: E402
     DATASETS, MODELS, RESULTS, ROOT, Method, auroc, charact, evaluator_for, explain, faithfulness_metrics, fmt,
-    hard_topk, make_instances, make_methods, make_task, masks_of, model_config, table, train,
+    hard_topk, make_instances, make_methods, make_task, nanmean, masks_of, model_config, table, train,
 )
 from torch_geometric.explain import Explainer, Explanation  # noqa: E402
 
@@ -152,11 +152,6 @@ def random_baseline(inst, seed: int) -> Explanation:
     g = torch.Generator().manual_seed(seed)
     return Explanation(node_mask=torch.rand(inst.x.shape, generator=g),
                        edge_mask=torch.rand(inst.edge_index.shape[1], generator=g))
-
-
-def nanmean(v) -> float:
-    v = [a for a in v if not math.isnan(a)]
-    return statistics.fmean(v) if v else float("nan")
 
 
 def evaluate(trained, instances, methods, seed: int, fidelity: bool, log, failures) -> tuple[dict, dict]:

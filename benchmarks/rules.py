@@ -136,11 +136,6 @@ def score(inst: common.Instance, node: torch.Tensor, edge: torch.Tensor) -> tupl
     return auroc(edge[se], inst.gt_edge[se]), auroc(node[sn], inst.gt_node[sn])
 
 
-def nanmean(v: list) -> float:
-    v = [a for a in v if not math.isnan(a)]
-    return statistics.fmean(v) if v else float("nan")
-
-
 class Results:
     """Per (dataset, kind): per-seed means of each method, test accuracies,
     and LRP diagnostics over all instances."""

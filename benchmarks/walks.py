@@ -89,7 +89,7 @@ from torch_geometric.utils import subgraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    RESULTS, ROOT, auroc, explain, fmt, make_instances, make_methods, make_task, masks_of, table, train,
+    RESULTS, ROOT, auroc, explain, fmt, make_instances, make_methods, make_task, nanmean, masks_of, table, train,
 )
 
 import torch_geometric_lrp as lrp  # noqa: E402
@@ -299,11 +299,6 @@ def run_seed(seed: int, task, args, checks: dict, log) -> dict:
 # ---------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------
-
-def nanmean(v) -> float:
-    v = [a for a in v if not math.isnan(a)]
-    return statistics.fmean(v) if v else float("nan")
-
 
 def cell(per_seed: list) -> str:
     v = [a for a in per_seed if not math.isnan(a)]
