@@ -609,28 +609,51 @@ def res_gated_relevance(layer: pyg_nn.ResGatedGraphConv, x: Tensor, edge_index: 
     W_{skip}^\top + b` with :math:`s_e = x_i W_k^\top + b_k + x_j W_q^\top + b_q`
     and :math:`v = x W_v^\top + b_v`.
 
-    Maps: ``z`` over the products :math:`P_e = \sigma(s_e) \odot v_j` and
-    ``x`` (message :math:`P_e`); ``s`` (ended by the sigmoid, which passes
-    relevance) and ``v``, each with half of the products' relevance.
+    The sigmoid factor is a gate, held constant: ``z`` is one map of ``x``
+    (message :math:`\sigma(s_e) \odot v_j`), and the gate logits ``s`` get
+    no relevance.
     """
     assert isinstance(layer.act, torch.nn.Sigmoid) and layer.edge_dim is None and layer.lin_skip is not None
     n = x.shape[0]
     msgs = message_list(edge_index, n, False)
     src, dst = [m.src for m in msgs], [m.dst for m in msgs]
-    gate = _GateLogitTwin(layer, src, dst)
-    value = AffineTwin("lin_value.weight", _p(layer, "lin_value.weight"), "lin_value.bias",
-                       _p(layer, "lin_value.bias"))
-    prod = gate.forward((x,), gate.params()).sigmoid() * value.forward((x,), value.params())[src]
-    top = AggregateTwin(msgs, [1.0] * len(msgs), n, len(msgs), root="lin_skip.weight",
-                        weights={"lin_skip.weight": _p(layer, "lin_skip.weight")},
-                        biases={} if layer.bias is None else {"bias": _p(layer, "bias")})
-    res_top = map_relevance(top, (x, prod), rule, relevance)
-    half = _half(res_top.inputs[1])
-    res_gate = map_relevance(gate, (x,), rule, half)  # the sigmoid passes
-    res_value = map_relevance(value, (x,), rule, _index_sum(half, src, n))
-    rel_x = res_top.inputs[0] + res_gate.inputs[0] + res_value.inputs[0]
-    return LayerResult((rel_x,), res_top.edge, res_top.loops, top.forward((x, prod), top.params()),
-                       [res_top, res_gate, res_value])
+    logits = _GateLogitTwin(layer, src, dst)
+    gate = logits.forward((x,), logits.params()).sigmoid().detach()
+    twin = _GatedValueTwin(layer, msgs, gate, n)
+    result = map_relevance(twin, (x,), rule, relevance)
+    return LayerResult(result.inputs, result.edge, result.loops, twin.forward((x,), twin.params()), [result])
+
+
+class _GatedValueTwin(Twin):
+    r""":math:`z_i = \sum_{e = j \to i} g_e \odot (x_j W_v^\top + b_v) + x_i
+    W_{skip}^\top + b` with the gates :math:`g_e` constants (message
+    :math:`g_e \odot (x_j W_v^\top + b_v)`)."""
+
+    def __init__(self, layer, msgs: list, gate: Tensor, num_nodes: int):
+        self.msgs, self.gate, self.num_nodes, self.num_edges = msgs, gate, num_nodes, len(msgs)
+        self.weights = {n: _p(layer, n) for n in ("lin_value.weight", "lin_skip.weight")}
+        self.biases = {"lin_value.bias": _p(layer, "lin_value.bias")}
+        if layer.bias is not None:
+            self.biases["bias"] = _p(layer, "bias")
+
+    def _message(self, x, p, k, m):
+        return self.gate[k] * (x[m.src] @ p["lin_value.weight"].T + p.get("lin_value.bias", 0.0))
+
+    def forward(self, xs, p):
+        x = xs[0]
+        z = x @ p["lin_skip.weight"].T + p.get("bias", 0.0)
+        for k, m in enumerate(self.msgs):
+            z[m.dst] += self._message(x, p, k, m)
+        return z
+
+    def backward(self, xs, p, g):
+        x = xs[0]
+        edge, loops = self._empty(g)
+        dx = g @ p["lin_skip.weight"]
+        for k, m in enumerate(self.msgs):
+            self._book(edge, loops, m, (self._message(x, p, k, m) * g[m.dst]).sum())
+            dx[m.src] += (self.gate[k] * g[m.dst]) @ p["lin_value.weight"]
+        return Back((dx,), edge, loops)
 
 
 class _GateLogitTwin(Twin):
@@ -840,10 +863,10 @@ class FrozenFiLMConv(pyg_nn.FiLMConv):
 
 
 class FrozenResGatedGraphConv(pyg_nn.ResGatedGraphConv):
-    """``ResGatedGraphConv`` with the sigmoid as a gate and the product halved."""
+    """``ResGatedGraphConv`` with the sigmoid gate held constant."""
 
     def message(self, k_i, q_j, v_j, edge_attr):
-        return half_product(as_gate(k_i + q_j, self.act), v_j)
+        return self.act(k_i + q_j).detach() * v_j
 
 
 class FrozenNNConv(pyg_nn.NNConv):

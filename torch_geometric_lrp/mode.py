@@ -242,6 +242,13 @@ def _neg(mode, input):
 
 def _mul(mode, input, other):
     if _carries(input) and _carries(other):
+        # A factor that comes out of a sigmoid or softmax is a gate (LSTM / GRU
+        # gates, HAN's semantic attention, attention readouts): held constant,
+        # the other factor takes all relevance (Arras et al. 2017). The product
+        # stays linear in that factor, so it continues its map.
+        gate_a, gate_b = mode.is_gate(input), mode.is_gate(other)
+        if gate_a != gate_b:
+            return mode.gated(torch.mul, input, other, gate_a)
         return R.product(input, other)
     if not _carries(input):
         input, other = other, input
@@ -413,9 +420,14 @@ def _layer_norm(mode, input, normalized_shape, weight=None, bias=None, eps=1e-5)
 # Output activations: the relevance of a class starts from its logit, the
 # input of these, which the mode remembers (see RelevanceMode.logits_of).
 _OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
+# Activations whose outputs are gates when they multiply another signal.
+_GATES = (F.softmax, torch.sigmoid)
 # Autograd nodes of reshapes that keep the order of elements.
 _ORDER_KEEPING = frozenset({"ViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward",
                             "CloneBackward", "UnsafeViewBackward", "AliasBackward"})
+# ... and the broadcasts a gate goes through before it multiplies.
+_GATE_SHAPES = _ORDER_KEEPING | {"ExpandBackward", "TransposeBackward", "PermuteBackward", "SelectBackward",
+                                 "SliceBackward", "IndexBackward", "IndexSelectBackward"}
 
 
 def _pass(fn):
@@ -426,6 +438,8 @@ def _pass(fn):
         out = R.activation(input, lambda x, *a: fn(x, *a, **kwargs), *args)
         if fn in _OUTPUT_ACTIVATIONS:
             mode._pre_activation[out.grad_fn] = input
+        if fn in _GATES:
+            mode._gates.add(out.grad_fn)
         return out
     return handler
 
@@ -598,6 +612,7 @@ class RelevanceMode(TorchFunctionMode):
         self._stack: list = []  # (module, rule in effect) of the running modules
         self.unsupported: Counter = Counter()
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
+        self._gates: set = set()  # grad_fn of sigmoid / softmax outputs (gates in a product)
         # output of a linear op -> (rule, stream outputs): where a linear op
         # that consumes it continues the map
         self._maps = WeakIdKeyDictionary()
@@ -805,6 +820,23 @@ class RelevanceMode(TorchFunctionMode):
         if entry is not None and entry[0] == rule:
             return entry[1][k]
         return maps.open_stream(t, None if stream.input is _same_input else stream.input)
+
+    def is_gate(self, t: Tensor) -> bool:
+        """``t`` is a sigmoid or softmax output of this pass, seen through
+        reshapes and broadcasts (``view``, ``unsqueeze``, ``expand``, ...)."""
+        node = t.grad_fn
+        while node is not None and node not in self._gates and \
+                type(node).__name__.rstrip("0123456789") in _GATE_SHAPES:
+            node = node.next_functions[0][0]
+        return node is not None and node in self._gates
+
+    def gated(self, func: Callable, input: Tensor, other: Tensor, input_is_gate: bool) -> Tensor:
+        """``func(input, other)`` with the gate operand held constant."""
+        if input_is_gate:
+            input = input.detach()
+        else:
+            other = other.detach()
+        return self._route(func, (input, other), {})
 
     # -- the mode ------------------------------------------------------------------------------
     def logits_of(self, out: Tensor) -> Tensor:

@@ -5,7 +5,7 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.explain import Explanation
+from torch_geometric.explain import Explanation, HeteroExplanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.explain.config import ExplanationType, MaskType
 
@@ -35,6 +35,8 @@ class LRP(ExplainerAlgorithm):
     * ``edge_attr_mask``: relevance of ``edge_attr`` when the model reads it;
     * ``self_loop_relevance``: per node, relevance through self-loops the
       layers added (not input edges);
+    * for a heterogeneous graph (``x`` and ``edge_index`` as dicts), a
+      ``HeteroExplanation`` with these masks per node and edge type;
     * ``score`` (the seeded score: the target's logit), ``relevance_total``
       (relevance of the inputs), and what the pass measured on the way:
       ``absorbed`` (biases, stabilisers, constant operands), ``lost``
@@ -71,11 +73,12 @@ class LRP(ExplainerAlgorithm):
         self.strict = strict
         self.subgraph = subgraph
 
-    def forward(self, model: torch.nn.Module, x: Tensor, edge_index: Tensor, *, target: Optional[Tensor],
-                index: Optional[Union[int, Tensor]] = None, **kwargs) -> Explanation:
+    def forward(self, model: torch.nn.Module, x: Union[Tensor, dict], edge_index: Union[Tensor, dict], *,
+                target: Optional[Tensor], index: Optional[Union[int, Tensor]] = None,
+                **kwargs) -> Union[Explanation, HeteroExplanation]:
         config, explainer = self.model_config, self.explainer_config
-        check_x(x, categorical=True)
-        check_edge_index(edge_index, explainer.edge_mask_type)
+        check_x(x, categorical=True, hetero=True)
+        check_edge_index(edge_index, explainer.edge_mask_type, x)
         rows = check_rows(index, None)
         phenomenon = explainer.explanation_type == ExplanationType.phenomenon
         target = check_target(target, config.mode, phenomenon)

@@ -7,13 +7,14 @@ from typing import Iterator, Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.explain import Explanation
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.explain import Explanation, HeteroExplanation
 from torch_geometric.explain.config import MaskType, ModelConfig, ModelMode, ModelReturnType, ModelTaskLevel
 from tqdm.auto import tqdm
 
 from ..rules import Rule
 from . import distributed as shard
-from .core import Settings, explain_rows, input_total, explanation_of, on_cut, on_graph
+from .core import Settings, _materialize, explain_rows, input_total, explanation_of, on_cut, on_graph
 from .subgraph import Cut, Incidence, count_hops, cut_each, message_flow, split
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
@@ -40,8 +41,8 @@ def _edge_mask_type(value) -> Optional[MaskType]:
 
 def explain(
     model: torch.nn.Module,
-    x: Tensor,
-    edge_index: Tensor,
+    x: Union[Tensor, dict, Data, HeteroData],
+    edge_index: Union[None, Tensor, dict] = None,
     *,
     index: Optional[Union[int, Tensor]] = None,
     target: Optional[Tensor] = None,
@@ -68,8 +69,19 @@ def explain(
     per row must say ``mode=``) and the return type (raw without a final
     activation).
 
+    A heterogeneous graph is given as ``x_dict`` and ``edge_index_dict``
+    (or as one ``HeteroData``) and gets a ``HeteroExplanation``: the masks
+    per node type and edge type, the accounting summed over types.
+
     Parameters
     ----------
+    x : Tensor, dict, Data or HeteroData
+        Node features (``{node_type: features}`` for a heterogeneous graph),
+        or the whole graph: ``x`` and ``edge_index`` (``x_dict`` and
+        ``edge_index_dict``) are then taken from it, and ``edge_index``
+        stays ``None``.
+    edge_index : Tensor or dict
+        The edges (``{edge_type: [2, E_t]}`` for a heterogeneous graph).
     index : int, LongTensor or BoolTensor, optional
         The output rows to explain (a boolean mask selects its ``True``
         rows); all rows by default.
@@ -85,15 +97,16 @@ def explain(
 
     Returns
     -------
-    Explanation
+    Explanation or HeteroExplanation
         The masks and accounting of :class:`~torch_geometric_lrp.LRP`, the
         model's inputs, ``index`` (the explained rows) and ``target`` (the
         explained class, labels or value of each explained row).
     """
-    check_x(x, categorical=True)
+    x, edge_index = _graph_inputs(x, edge_index)
+    check_x(x, categorical=True, hetero=True)
     edge_mask_type = _edge_mask_type(edge_mask_type)
     node_mask_type = _enum(MaskType, node_mask_type, "node_mask_type")
-    check_edge_index(edge_index, edge_mask_type)
+    check_edge_index(edge_index, edge_mask_type, x)
     rows = check_rows(index, None)
     check_rules(rules)
     check_view(mask)
@@ -111,10 +124,33 @@ def explain(
     explanation.index = rows
     explanation.target = result.target
     explanation._model_args = list(kwargs)
+    if isinstance(x, dict):  # as PyG's Explainer stores a heterogeneous graph's inputs
+        explanation.set_value_dict("x", x)
+        explanation.set_value_dict("edge_index", edge_index)
+        for key, value in kwargs.items():
+            if isinstance(value, dict):
+                explanation.set_value_dict(key[:-5] if key.endswith("_dict") else key, value)
+            else:
+                explanation[key] = value
+        return explanation
     explanation.x, explanation.edge_index = x, edge_index
     for key, value in kwargs.items():
         explanation[key] = value
     return explanation
+
+
+def _graph_inputs(x, edge_index) -> tuple:
+    """``(x, edge_index)``, taken out of a ``Data`` / ``HeteroData`` given as ``x``."""
+    if isinstance(x, (Data, HeteroData)):
+        if edge_index is not None:
+            raise ValueError(f"edge_index: the edges are taken from the {type(x).__name__} given as x; pass "
+                             f"edge_index=None, or pass x and edge_index as tensors (dicts).")
+        if isinstance(x, HeteroData):
+            return x.x_dict, x.edge_index_dict
+        return x.x, x.edge_index
+    if edge_index is None:
+        raise TypeError("edge_index: missing; pass the edges, or the whole graph (Data / HeteroData) as x.")
+    return x, edge_index
 
 
 @dataclass
@@ -274,6 +310,7 @@ def explain_nodes(
                         strict=strict)
     target = check_target(target, settings.mode)
     per_target = target is not None and target.dim() > 0 and target.shape[0] == index.numel()
+    _materialize(model, x, edge_index, kwargs)
     rank, world_size = shard.world(distributed)
     if world_size > 1:
         shard.check_same((n, e, batch_size, output, per_target, *shard.fingerprint(index)))

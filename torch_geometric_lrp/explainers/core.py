@@ -29,11 +29,11 @@ from __future__ import annotations
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.explain import Explanation
+from torch_geometric.explain import Explanation, HeteroExplanation
 from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType, ModelTaskLevel
 
 from ..audit import RelevanceAudit
@@ -140,6 +140,8 @@ class Pass:
         """The forward whose relevance :meth:`relevance` gives; the inputs
         ``x`` and ``edge_attr`` (when floating) carry relevance."""
         kwargs = {k: _usable(v) for k, v in kwargs.items()}
+        if isinstance(x, dict):  # a heterogeneous graph: one watched input per type
+            return self._forward_hetero(x, edge_index, kwargs)
         edge_index = _usable(edge_index)
         self.x = self.mode.watch(x)
         self.edge_attr = kwargs.get("edge_attr")
@@ -168,6 +170,26 @@ class Pass:
         self.logits = self.mode.logits_of(self.out)
         return self.out
 
+    def _forward_hetero(self, x: dict, edge_index: dict, kwargs: dict) -> Tensor:
+        """:meth:`forward` on ``{node_type: x}`` and ``{edge_type: edges}``:
+        every node type's features carry relevance, and the edge features
+        of ``edge_attr_dict`` (or ``edge_attr`` given as a dict) where floating."""
+        edge_index = {k: _usable(v) for k, v in edge_index.items()}
+        self.x = {k: self.mode.watch(_usable(v)) for k, v in x.items()}
+        self.edge_attr = None
+        name = next((k for k in ("edge_attr_dict", "edge_attr") if isinstance(kwargs.get(k), dict)), None)
+        if name is not None:
+            attr = {k: v for k, v in kwargs[name].items() if isinstance(v, Tensor) and v.is_floating_point()}
+            if attr:
+                self.edge_attr = {k: self.mode.watch(_usable(v)) for k, v in attr.items()}
+                kwargs[name] = {**kwargs[name], **self.edge_attr}
+        if self.settings.track_edges and not any(is_sparse(e) for e in edge_index.values()):
+            self._edges = self._stack.enter_context(
+                EdgeRelevance(self.model, edge_index, {k: v.shape[0] for k, v in x.items()}))
+        self.out = self._call(self.x, edge_index, kwargs)
+        self.logits = self.mode.logits_of(self.out)
+        return self.out
+
     def _looked_up(self) -> bool:
         return any(name == "x" for name, _, _ in self.mode.lookups)
 
@@ -182,6 +204,13 @@ class Pass:
         """Relevance of ``x`` and ``edge_attr`` for ``seed`` on the output,
         and what was lost and absorbed on the way."""
         lookups = self.mode.lookups
+        if isinstance(self.x, dict):  # heterogeneous: per node type and per edge type
+            attr = self.edge_attr or {}
+            with RelevanceAudit() as audit:
+                found = self.mode.backward(self.out, seed, [*self.x.values(), *attr.values()])
+            node = dict(zip(self.x, found[:len(self.x)]))
+            edge_attr = dict(zip(attr, found[len(self.x):])) if attr else None
+            return node, edge_attr, audit.lost, audit.absorbed
         with RelevanceAudit() as audit:
             node, edge_attr, *found = self.mode.backward(
                 self.out, seed, [self.x, self.edge_attr, *(out for _, _, out in lookups)])
@@ -194,17 +223,24 @@ class Pass:
 
     @property
     def _dtype(self) -> torch.dtype:
+        if isinstance(self.x, dict):
+            return next(iter(self.x.values())).dtype
         if self.x.is_floating_point() or not self.mode.lookups:
             return self.x.dtype
         return self.mode.lookups[0][2].dtype
 
-    @property
-    def edge(self) -> Optional[Tensor]:
-        return None if self._edges is None else self._edges.edge.to(self._dtype)
+    def _cast(self, value):
+        if isinstance(value, dict):
+            return {k: v.to(self._dtype) for k, v in value.items()}
+        return value.to(self._dtype)
 
     @property
-    def self_loops(self) -> Optional[Tensor]:
-        return None if self._edges is None else self._edges.self_loops.to(self._dtype)
+    def edge(self) -> Union[None, Tensor, dict]:
+        return None if self._edges is None else self._cast(self._edges.edge)
+
+    @property
+    def self_loops(self) -> Union[None, Tensor, dict]:
+        return None if self._edges is None else self._cast(self._edges.self_loops)
 
 
 def _categorical(source: Tensor, name: str, lookups: list, found: list) -> tuple[Tensor, Optional[Tensor]]:
@@ -227,7 +263,12 @@ def _categorical(source: Tensor, name: str, lookups: list, found: list) -> tuple
     return per_column, per_dim
 
 
-def resolve_task(p: Pass, settings: Settings, num_nodes: int, edge_index, kwargs: dict
+def num_nodes_of(x) -> Union[int, tuple[int, ...]]:
+    """The number of nodes of ``x``; per node type for a ``{node_type: x}`` dict."""
+    return tuple(v.shape[0] for v in x.values()) if isinstance(x, dict) else x.shape[0]
+
+
+def resolve_task(p: Pass, settings: Settings, num_nodes, edge_index, kwargs: dict
                  ) -> tuple[ModelTaskLevel, ModelMode, ModelReturnType]:
     """Task level, mode and return type: as given, else read off the pass's output."""
     activated = p.logits is not p.out
@@ -259,12 +300,33 @@ def _spread(values: Optional[Tensor], positions: Tensor, size: int) -> Optional[
     return full
 
 
+def _materialize(model: torch.nn.Module, x, edge_index, kwargs: dict) -> None:
+    """Lazy parameters (``in_channels=-1``, as ``to_hetero`` and HGT/HAN models
+    use) get their shapes from one plain forward, as the model's first call
+    would give them; in eval mode, so that no running statistic moves."""
+    if not any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in model.parameters()):
+        return
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        with torch.no_grad():
+            unwrap(model)(x, edge_index, **kwargs)
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
 def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
                  target: Optional[Tensor], settings: Settings) -> Relevance:
     """Relevance of the outputs ``rows`` of ``model(x, edge_index, **kwargs)``
     (all rows for ``None``), for ``target`` (default: the prediction), placed
     on the input graph. Node-level rows are explained on their computation
     subgraph where that proves itself."""
+    _materialize(model, x, edge_index, kwargs)
+    if isinstance(x, dict):
+        # A heterogeneous graph is explained as a whole: the cut is made on one
+        # node and edge numbering (a per-type cut is not built yet).
+        return on_graph(model, x, edge_index, kwargs, rows, target, settings)
     n = x.shape[0]
     if settings.subgraph and rows is not None and not is_sparse(edge_index) \
             and settings.task_level in (None, ModelTaskLevel.node) and "edge_label_index" not in kwargs \
@@ -289,7 +351,7 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
     """The pass on the whole input."""
     with Pass(model, settings) as p:
         out = p.forward(x, edge_index, kwargs)
-        level, mode, return_type = resolve_task(p, settings, x.shape[0], edge_index, kwargs)
+        level, mode, return_type = resolve_task(p, settings, num_nodes_of(x), edge_index, kwargs)
         if rows is None:
             rows = torch.arange(out.shape[0], device=out.device)
         elif rows.numel() and int(rows.max()) >= out.shape[0]:
@@ -372,9 +434,37 @@ def _node_mask(relevance: Tensor, mask_type: Optional[MaskType]) -> Optional[Ten
     return relevance.sum(dim=0, keepdim=True)  # common_attributes
 
 
-def input_total(node: Tensor, edge_attr: Optional[Tensor]) -> float:
-    """Relevance on the inputs, ``x`` and ``edge_attr``, summed in float64."""
-    return float(node.sum(dtype=torch.float64) + (0.0 if edge_attr is None else edge_attr.sum(dtype=torch.float64)))
+def _total(value) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, dict):
+        return sum(_total(v) for v in value.values())
+    return float(value.sum(dtype=torch.float64))
+
+
+def _hetero_explanation(node: dict, edge: Optional[dict], self_loops: Optional[dict], edge_attr: Optional[dict],
+                        node_mask_type: Optional[MaskType], edge_mask_type: Optional[MaskType],
+                        show) -> HeteroExplanation:
+    """The masks of a heterogeneous graph: ``node_mask`` per node type,
+    ``edge_mask`` and ``edge_attr_mask`` per edge type, ``self_loop_relevance``
+    per node type."""
+    explanation = HeteroExplanation()
+    if node_mask_type is not None:
+        explanation.set_value_dict("node_mask", {k: show(_node_mask(r, node_mask_type)).detach()
+                                                 for k, r in node.items()})
+    if edge_mask_type is not None and edge is not None:
+        explanation.set_value_dict("edge_mask", {k: show(r).detach() for k, r in edge.items()})
+    if edge_attr is not None:
+        explanation.set_value_dict("edge_attr_mask", {k: show(r).detach() for k, r in edge_attr.items()})
+    if self_loops is not None:
+        explanation.set_value_dict("self_loop_relevance", {k: r.detach() for k, r in self_loops.items()})
+    return explanation
+
+
+def input_total(node, edge_attr) -> float:
+    """Relevance on the inputs, ``x`` and ``edge_attr`` (summed over types
+    for a heterogeneous graph), in float64."""
+    return _total(node) + _total(edge_attr)
 
 
 def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Tensor], edge_attr: Optional[Tensor],
@@ -388,15 +478,18 @@ def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Te
     is the relevance per categorical column and ``embedding`` (where given)
     that per embedding dimension, kept as ``embedding_relevance``."""
     show = MASK_VIEWS[view]
-    node_mask = _node_mask(node, node_mask_type)
-    explanation = Explanation(
-        node_mask=None if node_mask is None else show(node_mask).detach(),
-        edge_mask=None if edge_mask_type is None or edge is None else show(edge).detach(),
-    )
-    if edge_attr is not None:
-        explanation.edge_attr_mask = show(edge_attr).detach()
-    if self_loops is not None:
-        explanation.self_loop_relevance = self_loops.detach()
+    if isinstance(node, dict):
+        explanation = _hetero_explanation(node, edge, self_loops, edge_attr, node_mask_type, edge_mask_type, show)
+    else:
+        node_mask = _node_mask(node, node_mask_type)
+        explanation = Explanation(
+            node_mask=None if node_mask is None else show(node_mask).detach(),
+            edge_mask=None if edge_mask_type is None or edge is None else show(edge).detach(),
+        )
+        if edge_attr is not None:
+            explanation.edge_attr_mask = show(edge_attr).detach()
+        if self_loops is not None:
+            explanation.self_loop_relevance = self_loops.detach()
     if embedding is not None:
         explanation.embedding_relevance = show(embedding).detach()
     explanation.score = score

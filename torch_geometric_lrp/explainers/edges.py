@@ -17,6 +17,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.module_dict import ModuleDict as PyGModuleDict
 
 from ..mode import current_mode
 
@@ -83,18 +84,41 @@ def route(edges: Tensor, messages: Tensor) -> Routing:
 
 class EdgeRelevance:
     """Collects per-edge relevance of every message-passing layer of ``model``
-    during one pass (a context manager; hooks are removed on exit)."""
+    during one pass (a context manager; hooks are removed on exit).
 
-    def __init__(self, model: torch.nn.Module, edge_index: Tensor, num_nodes: int):
-        self.edge_index = edge_index
-        self.edge = torch.zeros(edge_index.shape[1], dtype=torch.float64, device=edge_index.device)
-        self.self_loops = torch.zeros(num_nodes, dtype=torch.float64, device=edge_index.device)
+    ``edge_index`` is the input's ``[2, E]`` edges, or for a heterogeneous
+    graph a ``{edge_type: [2, E_t]}`` dict (with ``num_nodes`` a
+    ``{node_type: N_t}`` dict); :attr:`edge` and :attr:`self_loops` are then
+    dicts too. A layer's messages are booked on the edge type whose edges it
+    propagates over: the same tensor, the type its module is registered
+    under in a ``ModuleDict`` (``to_hetero``, ``HeteroConv``), the one type
+    whose edges its messages start with, or, for a layer that propagates over
+    all types at once with per-type node offsets (``HGTConv``), each type's
+    block of the concatenation."""
+
+    def __init__(self, model: torch.nn.Module, edge_index: Union[Tensor, dict], num_nodes: Union[int, dict]):
+        self.hetero = isinstance(edge_index, dict)
+        self._inputs = dict(edge_index) if self.hetero else {None: edge_index}
+        device = next(iter(self._inputs.values())).device if self._inputs else None
+        self._edge = {key: torch.zeros(e.shape[1], dtype=torch.float64, device=e.device)
+                      for key, e in self._inputs.items()}
+        counts = num_nodes if self.hetero else {None: num_nodes}
+        self._loops = {key: torch.zeros(n, dtype=torch.float64, device=device) for key, n in counts.items()}
         # relevance of messages over edges neither in the input nor self-loops
-        self._unmatched = torch.zeros((), dtype=torch.float64, device=edge_index.device)
+        self._unmatched = torch.zeros((), dtype=torch.float64, device=device)
         self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
+        self._edge_type_of = _registered_edge_types(model, self._inputs) if self.hetero else {}
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
-        self._last: Optional[tuple[Tensor, Routing]] = None
+        self._last: Optional[tuple[Tensor, list]] = None
+
+    @property
+    def edge(self) -> Union[Tensor, dict]:
+        return self._edge if self.hetero else self._edge[None]
+
+    @property
+    def self_loops(self) -> Union[Tensor, dict]:
+        return self._loops if self.hetero else self._loops[None]
 
     @property
     def unmatched(self) -> float:
@@ -132,15 +156,38 @@ class EdgeRelevance:
         self._current[id(layer)] = edge_index if isinstance(edge_index, Tensor) and not edge_index.is_sparse \
             and edge_index.layout == torch.strided else None
 
-    def _route(self, edges: Tensor) -> Routing:
-        """``route`` against the input, reusing the last routing when a layer
-        propagates over the same edges as the previous one."""
-        if self._last is not None and (self._last[0] is edges or (
-                self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
+    def _locate(self, layer, edges: Tensor) -> list:
+        """``[(key, Routing)]``: where the messages over ``edges`` go, per
+        input edge type (``key`` is ``None`` for a homogeneous graph),
+        reusing the last answer when a layer propagates over the same edges
+        as the previous one."""
+        if self._last is not None and self._last[2] == self._edge_type_of.get(id(layer)) and (
+                self._last[0] is edges or (self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
             return self._last[1]
-        routing = route(self.edge_index, edges)
-        self._last = (edges, routing)
-        return routing
+        if not self.hetero:
+            located = [(None, route(self._inputs[None], edges))]
+        else:
+            located = self._locate_hetero(layer, edges)
+        self._last = (edges, located, self._edge_type_of.get(id(layer)))
+        return located
+
+    def _locate_hetero(self, layer, edges: Tensor) -> list:
+        inputs = self._inputs
+        key = next((k for k, e in inputs.items() if e is edges), None)
+        if key is None:
+            key = self._edge_type_of.get(id(layer))
+        if key is not None:
+            return [(key, route(inputs[key], edges))]
+        located = _concatenation(inputs, edges)
+        if located:
+            return located
+        starts = [k for k, e in inputs.items() if e.shape[1] and e.shape[1] <= edges.shape[1]
+                  and torch.equal(edges[:, :e.shape[1]], e)]
+        if len(starts) == 1:  # one type's edges, then more (self-loops the layer added)
+            return [(starts[0], route(inputs[starts[0]], edges))]
+        everything = torch.arange(edges.shape[1], device=edges.device)
+        empty = edges.new_empty(0)
+        return [(None, Routing(empty, empty, empty, empty, everything))]
 
     def _watch_messages(self, layer, inputs, messages):
         if threading.get_ident() != self._thread:
@@ -149,18 +196,27 @@ class EdgeRelevance:
         if edges is None or not (isinstance(messages, Tensor) and messages.requires_grad):
             return None
         with torch._C.DisableTorchFunction():  # bookkeeping: no relevance rules needed
-            routing = self._route(edges)
+            located = self._locate(layer, edges)
         node_dim = layer.node_dim % messages.dim()
 
         def collect(relevance: Tensor) -> None:
             dims = [d for d in range(relevance.dim()) if d != node_dim]
             per_message = (relevance.sum(dim=dims) if dims else relevance).double()
-            if isinstance(routing.edge, slice):
-                self.edge[routing.edge] += per_message[routing.message]
-            else:
-                self.edge.index_add_(0, routing.edge, per_message[routing.message])
-            self.self_loops.index_add_(0, routing.loop_node, per_message[routing.loop])
-            self._unmatched += per_message[routing.other].sum()
+            for key, routing in located:
+                if key is None and self.hetero:  # matched no input edge type
+                    self._unmatched += per_message[routing.other].sum()
+                    continue
+                edge = self._edge[key]
+                if isinstance(routing.edge, slice):
+                    edge[routing.edge] += per_message[routing.message]
+                else:
+                    edge.index_add_(0, routing.edge, per_message[routing.message])
+                if self.hetero and key[0] != key[2]:  # between two node types, i -> i is no self-loop
+                    self._unmatched += per_message[routing.loop].sum()
+                else:
+                    loops = self._loops[key[2] if self.hetero else None]
+                    loops.index_add_(0, routing.loop_node, per_message[routing.loop])
+                self._unmatched += per_message[routing.other].sum()
 
         mode = current_mode()
         if mode is not None:
@@ -168,3 +224,38 @@ class EdgeRelevance:
         else:
             messages.register_hook(collect)
         return None
+
+
+def _concatenation(inputs: dict, edges: Tensor) -> list:
+    """``[(edge_type, Routing)]`` where ``edges`` is every type's edges in
+    order, each block shifted by constant node offsets (one propagate over
+    all types, as ``HGTConv`` builds it); ``[]`` otherwise."""
+    if edges.shape[1] != sum(e.shape[1] for e in inputs.values()):
+        return []
+    located, start = [], 0
+    empty = edges.new_empty(0)
+    for key, e in inputs.items():
+        shift = edges[:, start:start + e.shape[1]] - e
+        if e.shape[1] and not bool((shift == shift[:, :1]).all()):
+            return []
+        located.append((key, Routing(slice(start, start + e.shape[1]), slice(0, e.shape[1]), empty, empty, empty)))
+        start += e.shape[1]
+    return located
+
+
+def _registered_edge_types(model: torch.nn.Module, edge_types) -> dict[int, tuple]:
+    """``{id(layer): edge_type}`` for the message-passing layers that a
+    ``ModuleDict`` of ``model`` holds under an edge type's key (its
+    ``'__'``-joined name, as ``to_hetero`` registers them, or PyG's
+    ``ModuleDict`` key, as ``HeteroConv`` does)."""
+    names = {name: t for t in edge_types for name in ("__".join(t), PyGModuleDict.to_internal_key(t), t)}
+    found: dict[int, tuple] = {}
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleDict):
+            for key, sub in module.items():
+                edge_type = names.get(key)
+                if edge_type is not None:
+                    for layer in sub.modules():
+                        if isinstance(layer, MessagePassing):
+                            found[id(layer)] = edge_type
+    return found

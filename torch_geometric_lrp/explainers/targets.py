@@ -34,12 +34,25 @@ MASK_VIEWS = {
 }
 
 
-def check_x(x, categorical: bool = False) -> None:
+def check_x(x, categorical: bool = False, hetero: bool = False) -> None:
     """``x`` is a tensor of floating-point node features or, where
     ``categorical`` (``explain``, ``LRP``), integer categories that the
-    model looks up in embeddings (checked in the pass)."""
+    model looks up in embeddings (checked in the pass). Where ``hetero``,
+    it may be a ``{node_type: features}`` dict of floating-point tensors."""
     if isinstance(x, dict):
-        raise ValueError("x: heterogeneous graphs (dict inputs) are not supported yet.")
+        if not hetero:
+            raise ValueError("x: heterogeneous graphs (dicts of node features) are explained by lrp.explain and "
+                             "lrp.LRP; this function takes one homogeneous graph.")
+        if not x:
+            raise ValueError("x: the dict of node features is empty.")
+        for node_type, features in x.items():
+            if not isinstance(features, Tensor) or not features.is_floating_point():
+                raise TypeError(
+                    f"x['{node_type}']: a heterogeneous graph's relevance is carried by floating-point node "
+                    f"features, got {type(features).__name__ if not isinstance(features, Tensor) else features.dtype}. "
+                    f"Pass float features for every node type (look up the embeddings of featureless node types "
+                    f"outside the model's forward and pass them as x).")
+        return
     if not isinstance(x, Tensor):
         raise TypeError(f"x: expected the node features as a tensor, got {type(x).__name__}.")
     if categorical and not x.is_complex() and x.dtype != torch.bool and x.dim() in (1, 2):
@@ -58,10 +71,30 @@ def is_sparse(edge_index) -> bool:
     return not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided
 
 
-def check_edge_index(edge_index, edge_mask_type) -> None:
-    """``[2, E]`` integers, or a sparse adjacency without an edge mask."""
+def check_edge_index(edge_index, edge_mask_type, x=None) -> None:
+    """``[2, E]`` integers, or a sparse adjacency without an edge mask. With
+    ``x`` a ``{node_type: features}`` dict, a ``{edge_type: edges}`` dict of
+    those whose edge types join node types of ``x``."""
+    if x is None and isinstance(edge_index, dict):
+        raise ValueError("edge_index: heterogeneous graphs (dicts of edges) are explained by lrp.explain and "
+                         "lrp.LRP; this function takes one homogeneous graph.")
+    if x is not None and isinstance(x, dict) != isinstance(edge_index, dict):
+        raise ValueError(f"edge_index: a heterogeneous graph takes x and edge_index as dicts (x_dict, "
+                         f"edge_index_dict), a homogeneous one as tensors; got x as {type(x).__name__} and "
+                         f"edge_index as {type(edge_index).__name__}.")
     if isinstance(edge_index, dict):
-        raise ValueError("edge_index: heterogeneous graphs (dict inputs) are not supported yet.")
+        for edge_type, edges in edge_index.items():
+            if not (isinstance(edge_type, tuple) and len(edge_type) == 3):
+                raise ValueError(f"edge_index: keys are edge types (source, relation, destination), got "
+                                 f"{edge_type!r}.")
+            missing = [t for t in (edge_type[0], edge_type[2]) if t not in x]
+            if missing:
+                raise ValueError(f"edge_index[{edge_type!r}]: node type '{missing[0]}' has no features in x.")
+            try:
+                check_edge_index(edges, edge_mask_type)
+            except ValueError as error:
+                raise ValueError(f"edge_index[{edge_type!r}]: {str(error).split(': ', 1)[1]}") from None
+        return
     if is_sparse(edge_index):
         if edge_mask_type is not None:
             raise ValueError(
@@ -139,15 +172,16 @@ def check_target(target, mode: Optional[ModelMode], phenomenon: bool = True) -> 
     return target
 
 
-def infer_task_level(out: Tensor, num_nodes: int, edge_index, kwargs: dict) -> ModelTaskLevel:
-    """``node``, ``edge`` or ``graph`` from the shape of the model's output."""
+def infer_task_level(out: Tensor, num_nodes, edge_index, kwargs: dict) -> ModelTaskLevel:
+    """``node``, ``edge`` or ``graph`` from the shape of the model's output
+    (``num_nodes``: an int, or one per node type of a heterogeneous graph)."""
     batch = kwargs.get("batch")
     label_index = kwargs.get("edge_label_index")
     # edge_label_index first: with as many label pairs as nodes, the node
     # check below would call a link predictor node-level.
     if isinstance(label_index, Tensor) and label_index.dim() == 2 and out.shape[0] == label_index.shape[1]:
         return ModelTaskLevel.edge
-    if out.shape[0] == num_nodes:
+    if out.shape[0] in (num_nodes if isinstance(num_nodes, tuple) else (num_nodes,)):
         return ModelTaskLevel.node
     if isinstance(batch, Tensor) and batch.numel() and out.shape[0] == int(batch.max()) + 1:
         return ModelTaskLevel.graph

@@ -1,0 +1,453 @@
+"""Heterogeneous graphs: ``x_dict`` / ``edge_index_dict`` through PyG's
+``Explainer`` with ``lrp.LRP`` and through ``lrp.explain``.
+
+* PyG's heterogeneous explain matrix (HGT and HAN models; node, edge and
+  graph level; every mode and return type; index, mask types; dense and
+  sparse edges): a valid ``HeteroExplanation`` with masks per type, the
+  seeded score equal to the target's logit, and the measured accounting
+  (per op, ``RelevanceAudit``) leaving no residual.
+* ``to_hetero`` and ``HeteroConv`` models.
+* Exactness: a bias-free ``to_hetero`` model under ``Epsilon(0)`` gives
+  gradient x input per node type; the edge relevance of a one-layer model
+  equals the message contributions computed by hand; a graph with one node
+  type and one edge type gives what the homogeneous model gives.
+* The gate rule (a sigmoid / softmax factor of a product is held constant).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.explain import Explainer, HeteroExplanation
+from torch_geometric.nn import (GATConv, GCNConv, GraphConv, HANConv, HeteroConv, HGTConv, SAGEConv,
+                                global_add_pool, to_hetero)
+from torch_geometric.transforms import ToSparseTensor
+
+import torch_geometric_lrp as lrp
+from explain_cases import MODES, one_thread_fixture
+
+one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
+
+C = 5
+
+
+def hetero_data(seed: int = 0) -> HeteroData:
+    g = torch.Generator().manual_seed(seed)
+    data = HeteroData()
+    data["paper"].x = torch.randn(8, 6, generator=g)
+    data["author"].x = torch.randn(10, 4, generator=g)
+    for (src, n_src), (dst, n_dst), name in [(("paper", 8), ("paper", 8), "cites"),
+                                             (("paper", 8), ("author", 10), "written_by"),
+                                             (("author", 10), ("paper", 8), "writes")]:
+        edges = torch.stack([torch.randint(n_src, (14,), generator=g), torch.randint(n_dst, (14,), generator=g)])
+        data[src, name, dst].edge_index = edges
+    return data
+
+
+BATCH = {"paper": torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]), "author": torch.tensor([0] * 5 + [1] * 5)}
+LABEL_INDEX = {"paper": torch.tensor([0, 1, 2]), "author": torch.tensor([2, 3, 1])}
+ACTIVATION = {("binary_classification", "probs"): torch.sigmoid,
+              ("multiclass_classification", "probs"): lambda z: z.softmax(-1),
+              ("multiclass_classification", "log_probs"): lambda z: z.log_softmax(-1)}
+
+
+class HeteroNet(torch.nn.Module):
+    """Two HGT or HAN layers; node-level (paper rows), edge-level (rows
+    picked per node type and summed) or graph-level (sum pooling per type)."""
+
+    def __init__(self, kind: str, metadata, level: str, mode: str, return_type: str):
+        super().__init__()
+        conv = {"hgt": HGTConv, "han": HANConv}[kind]
+        out = C if mode == "multiclass_classification" else 1
+        self.conv1 = conv(-1, 8, heads=2, metadata=metadata)
+        self.conv2 = conv(8, out, heads=1, metadata=metadata)
+        self.level = level
+        self.activation = ACTIVATION.get((mode, return_type))
+
+    def logits(self, x_dict, edge_index_dict, batch=None, edge_label_index=None):
+        h = {k: v.relu() for k, v in self.conv1(x_dict, edge_index_dict).items()}
+        h = self.conv2(h, edge_index_dict)
+        if self.level == "graph":
+            return torch.stack([global_add_pool(v, batch[k]) for k, v in h.items()], dim=-1).sum(-1)
+        if self.level == "edge":
+            return torch.stack([h[k][rows] for k, rows in edge_label_index.items()]).sum(0)
+        return h["paper"]
+
+    def forward(self, x_dict, edge_index_dict, batch=None, edge_label_index=None):
+        z = self.logits(x_dict, edge_index_dict, batch, edge_label_index)
+        return z if self.activation is None else self.activation(z)
+
+
+def expected_score(logits: torch.Tensor, index, mode: str) -> float:
+    rows = torch.as_tensor(index).view(-1)
+    z = logits[rows]
+    if mode == "multiclass_classification":
+        return float(z.max(-1).values.sum())
+    if mode == "binary_classification":
+        return float(z.abs().sum())  # the evidence for the predicted label
+    return float(z.sum())
+
+
+def check_accounting(explanation) -> None:
+    total = sum(float(r.sum(dtype=torch.float64)) for r in explanation.node_mask_dict.values()) \
+        if "node_mask" in explanation.node_stores[0] else None
+    if total is not None:
+        assert explanation.relevance_total == pytest.approx(total, rel=1e-5, abs=1e-6)
+    budget = abs(explanation.score) + abs(explanation.absorbed) + 1e-6
+    assert abs(explanation.residual) <= 1e-4 * budget
+
+
+@pytest.mark.parametrize("edges", ["dense", "sparse"])
+@pytest.mark.parametrize("node_mask_type,edge_mask_type",
+                         [("attributes", "object"), ("attributes", None), (None, "object")])
+@pytest.mark.parametrize("index", [1, "range"])
+@pytest.mark.parametrize("level", ["node", "edge", "graph"])
+@pytest.mark.parametrize("mode,return_type", MODES)
+@pytest.mark.parametrize("kind", ["hgt", "han"])
+def test_pyg_hetero_matrix(kind, mode, return_type, level, index, node_mask_type, edge_mask_type, edges):
+    data = hetero_data()
+    torch.manual_seed(0)
+    model = HeteroNet(kind, data.metadata(), level, mode, return_type)
+    index = torch.arange(2) if index == "range" else index
+    kwargs = {"batch": BATCH, "edge_label_index": LABEL_INDEX}
+    explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type=node_mask_type,
+                          edge_mask_type=edge_mask_type,
+                          model_config=dict(mode=mode, task_level=level, return_type=return_type))
+    if edges == "sparse":
+        if kind == "hgt":
+            pytest.skip("PyG's HGTConv itself fails on a SparseTensor adjacency of this graph")
+        data = ToSparseTensor()(data)
+        edge_index = data.adj_t_dict
+        if edge_mask_type is not None:
+            with pytest.raises(ValueError, match="edge_mask_type"):
+                explainer(data.x_dict, edge_index, index=index, **kwargs)
+            return
+    else:
+        edge_index = data.edge_index_dict
+    explanation = explainer(data.x_dict, edge_index, index=index, **kwargs)
+
+    assert isinstance(explanation, HeteroExplanation)
+    if edges == "dense":  # PyG's validate reads the SparseTensor as a [2, E] edge_index
+        explanation.validate(raise_on_error=True)
+    if node_mask_type is not None:
+        for node_type, x in data.x_dict.items():
+            assert explanation[node_type].node_mask.shape == x.shape
+            assert torch.isfinite(explanation[node_type].node_mask).all()
+    else:
+        assert "node_mask" not in explanation.node_stores[0]
+    if edge_mask_type is not None:
+        for edge_type, e in data.edge_index_dict.items():
+            assert explanation[edge_type].edge_mask.shape == (e.shape[1],)
+            assert torch.isfinite(explanation[edge_type].edge_mask).all()
+    with torch.no_grad():
+        logits = model.logits(data.x_dict, edge_index, **kwargs)
+    assert explanation.score == pytest.approx(expected_score(logits, index, mode), rel=1e-4, abs=1e-5)
+    check_accounting(explanation)
+
+
+# --- to_hetero and HeteroConv ---------------------------------------------------------------
+
+
+class SAGE(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = SAGEConv((-1, -1), 16)
+        self.conv2 = SAGEConv((-1, -1), 16)
+
+    def forward(self, x, edge_index):
+        x = self.conv1(x, edge_index).relu()
+        return self.conv2(x, edge_index)
+
+
+class HeteroSAGE(torch.nn.Module):
+    def __init__(self, metadata):
+        super().__init__()
+        self.gnn = to_hetero(SAGE(), metadata, aggr="sum")
+        self.lin = torch.nn.Linear(16, C)
+
+    def forward(self, x_dict, edge_index_dict):
+        return self.lin(self.gnn(x_dict, edge_index_dict)["paper"])
+
+
+class Stack(torch.nn.Module):
+    """HeteroConv over GCN (self-loops), SAGE and GAT (attention), then a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = HeteroConv({("paper", "cites", "paper"): GCNConv(-1, 16),
+                                ("paper", "written_by", "author"): SAGEConv((-1, -1), 16),
+                                ("author", "writes", "paper"): GATConv((-1, -1), 16, heads=2, concat=False,
+                                                                        add_self_loops=False)}, aggr="sum")
+        self.lin = torch.nn.Linear(16, C)
+
+    def forward(self, x_dict, edge_index_dict):
+        return self.lin(self.conv(x_dict, edge_index_dict)["paper"].relu())
+
+
+@pytest.mark.parametrize("node_mask_type", ["attributes", "object", "common_attributes"])
+@pytest.mark.parametrize("build", [lambda d: HeteroSAGE(d.metadata()), lambda d: Stack()], ids=["to_hetero", "HeteroConv"])
+def test_to_hetero_and_hetero_conv_through_explainer(build, node_mask_type):
+    data = hetero_data(1)
+    torch.manual_seed(1)
+    model = build(data)
+    with torch.no_grad():
+        logits = model(data.x_dict, data.edge_index_dict)
+    explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type=node_mask_type,
+                          edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    explanation = explainer(data.x_dict, data.edge_index_dict, index=torch.tensor([0, 3]))
+    explanation.validate(raise_on_error=True)
+    width = {"attributes": None, "object": 1}
+    for node_type, x in data.x_dict.items():
+        mask = explanation[node_type].node_mask
+        expected = {"attributes": x.shape, "object": (x.shape[0], 1), "common_attributes": (1, x.shape[1])}
+        assert mask.shape == expected[node_mask_type], width
+    assert explanation.score == pytest.approx(expected_score(logits, [0, 3], "multiclass_classification"), rel=1e-5)
+    check_accounting(explanation)
+    # the targets read edges of both types that end at papers
+    for edge_type in [("paper", "cites", "paper"), ("author", "writes", "paper")]:
+        assert explanation[edge_type].edge_mask.abs().sum() > 0
+
+
+def test_hetero_conv_books_self_loops_of_gcn_per_node_type():
+    data = hetero_data(2)
+    torch.manual_seed(2)
+    model = Stack()
+    explanation = lrp.explain(model, data, index=torch.arange(8))
+    loops = explanation.self_loop_relevance_dict
+    assert loops["paper"].abs().sum() > 0  # GCNConv adds self-loops to paper -> paper
+    assert loops["author"].abs().sum() == 0  # no layer adds self-loops on authors
+
+
+# --- exactness -------------------------------------------------------------------------------
+
+
+class Plain(torch.nn.Module):
+    def __init__(self, layers: int = 2, bias: bool = False, aggr: str = "add"):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(
+            [GraphConv((-1, -1), 7, aggr=aggr, bias=bias) for _ in range(layers)])
+
+    def forward(self, x, edge_index):
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = x.relu()
+        return x
+
+
+def test_bias_free_to_hetero_lrp0_is_gradient_x_input():
+    data = hetero_data(3)
+    x_dict = {k: v.double() for k, v in data.x_dict.items()}
+    torch.manual_seed(3)
+    model = to_hetero(Plain(bias=False), data.metadata(), aggr="sum").double()
+    model(x_dict, data.edge_index_dict)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gnn = model
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.gnn(x_dict, edge_index_dict)["paper"]
+
+    head = Head()
+    explanation = lrp.explain(head, x_dict, data.edge_index_dict, index=torch.tensor([2, 5]),
+                              rules=lrp.rules.Epsilon(0.0))
+    inputs = {k: v.clone().requires_grad_() for k, v in x_dict.items()}
+    out = head(inputs, data.edge_index_dict)
+    target = out[[2, 5]].argmax(-1)
+    out[[2, 5]].gather(1, target.view(-1, 1)).sum().backward()
+    for node_type, x in inputs.items():
+        torch.testing.assert_close(explanation[node_type].node_mask, x.grad * x, rtol=1e-9, atol=1e-12)
+    assert explanation.relevance_total == pytest.approx(explanation.score, rel=1e-9)
+
+
+def test_edge_relevance_of_one_layer_is_its_messages():
+    """``out_p = W_root x_p + sum_t sum_{(s -> p) in t} W_rel^t x_s``: under
+    LRP-0 the relevance of edge ``s -> p`` of type ``t`` is
+    ``seed_p . (W_rel^t x_s)``."""
+    data = hetero_data(4)
+    x_dict = {k: v.double() for k, v in data.x_dict.items()}
+    torch.manual_seed(4)
+    gnn = to_hetero(Plain(layers=1), data.metadata(), aggr="sum").double()
+    gnn(x_dict, data.edge_index_dict)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gnn = gnn
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.gnn(x_dict, edge_index_dict)["paper"]
+
+    head = Head()
+    rows = torch.tensor([0, 1, 4])
+    explanation = lrp.explain(head, x_dict, data.edge_index_dict, index=rows, rules=lrp.rules.Epsilon(0.0))
+    with torch.no_grad():
+        out = head(x_dict, data.edge_index_dict)
+    seed = torch.zeros_like(out)
+    seed[rows, out[rows].argmax(-1)] = 1.0
+    for edge_type, edges in data.edge_index_dict.items():
+        conv = gnn.convs[0]["__".join(edge_type)]
+        expected = torch.zeros(edges.shape[1], dtype=torch.float64)
+        if edge_type[2] == "paper":
+            for k, (s, p) in enumerate(edges.t().tolist()):
+                message = conv.lin_rel(x_dict[edge_type[0]][s])
+                expected[k] = (seed[p] * message * out[p]).sum() / out[p][seed[p] == 1].sum() \
+                    if seed[p].any() else 0.0
+        torch.testing.assert_close(explanation[edge_type].edge_mask, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_one_node_type_equals_the_homogeneous_model():
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(12, 5, generator=g)
+    edge_index = torch.randint(12, (2, 30), generator=g)
+
+    class GCN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = GCNConv(5, 8)
+            self.conv2 = GCNConv(8, 3)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    torch.manual_seed(5)
+    homogeneous = GCN()
+    metadata = (["v"], [("v", "to", "v")])
+    hetero = to_hetero(GCN(), metadata)
+    for name in ("conv1", "conv2"):
+        getattr(hetero, name)["v__to__v"].load_state_dict(getattr(homogeneous, name).state_dict())
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gnn = hetero
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.gnn(x_dict, edge_index_dict)["v"]
+
+    index = torch.tensor([1, 7])
+    expected = lrp.explain(homogeneous, x, edge_index, index=index, subgraph=False)
+    got = lrp.explain(Head(), {"v": x}, {("v", "to", "v"): edge_index}, index=index)
+    torch.testing.assert_close(got["v"].node_mask, expected.node_mask, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got["v", "to", "v"].edge_mask, expected.edge_mask, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got["v"].self_loop_relevance, expected.self_loop_relevance, rtol=1e-5, atol=1e-6)
+    assert got.score == pytest.approx(expected.score, rel=1e-6)
+    assert got.absorbed == pytest.approx(expected.absorbed, rel=1e-4, abs=1e-6)
+
+
+def test_hgt_edge_relevance_sums_to_the_relevance_of_its_messages():
+    """HGT propagates once over all edge types (per-type blocks with node
+    offsets): each block is booked on its type, none is left unmatched."""
+    data = hetero_data(6)
+    torch.manual_seed(6)
+    model = HeteroNet("hgt", data.metadata(), "node", "regression", "raw")
+    model.logits(data.x_dict, data.edge_index_dict)
+    from torch_geometric_lrp.explainers.core import Pass, Settings
+    with Pass(model, Settings(mode=None)) as p:
+        out = p.forward(data.x_dict, data.edge_index_dict, {})
+        seed = torch.zeros_like(out)
+        seed[:3] = out.detach()[:3]
+        p.relevance(seed)
+        assert p._edges.unmatched == 0.0
+        assert sum(float(e.abs().sum()) for e in p.edge.values()) > 0
+
+
+# --- lrp.explain inputs and errors ----------------------------------------------------------
+
+
+def test_explain_takes_hetero_data_and_data():
+    data = hetero_data(7)
+    torch.manual_seed(7)
+    model = HeteroSAGE(data.metadata())
+    a = lrp.explain(model, data, index=2)
+    b = lrp.explain(model, data.x_dict, data.edge_index_dict, index=2)
+    assert isinstance(a, HeteroExplanation)
+    for node_type in data.node_types:
+        torch.testing.assert_close(a[node_type].node_mask, b[node_type].node_mask)
+        torch.testing.assert_close(a[node_type].x, data[node_type].x)
+    assert a.index.tolist() == [2]
+
+    homogeneous = Data(x=torch.randn(6, 3), edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]))
+    gcn = GCNConv(3, 2)
+    c = lrp.explain(gcn, homogeneous, index=1, mode="multiclass_classification")
+    d = lrp.explain(gcn, homogeneous.x, homogeneous.edge_index, index=1, mode="multiclass_classification")
+    torch.testing.assert_close(c.node_mask, d.node_mask)
+
+
+def test_hetero_inputs_are_checked():
+    data = hetero_data(8)
+    model = HeteroSAGE(data.metadata())
+    with pytest.raises(TypeError, match=r"x\['author'\]"):
+        lrp.explain(model, {**data.x_dict, "author": torch.arange(10)}, data.edge_index_dict)
+    with pytest.raises(ValueError, match="edge_index: a heterogeneous graph takes x and edge_index as dicts"):
+        lrp.explain(model, data.x_dict, data["paper", "cites", "paper"].edge_index)
+    with pytest.raises(ValueError, match="node type 'venue'"):
+        lrp.explain(model, data.x_dict, {**data.edge_index_dict, ("paper", "at", "venue"): torch.zeros(2, 1).long()})
+    with pytest.raises(ValueError, match="edge_index: the edges are taken from the HeteroData"):
+        lrp.explain(model, data, data.edge_index_dict)
+    with pytest.raises(ValueError, match="x: heterogeneous graphs"):
+        lrp.explain_nodes(model, data.x_dict, data.edge_index_dict)
+
+
+# --- gates -----------------------------------------------------------------------------------
+
+
+class Gated(torch.nn.Module):
+    """``sigmoid(x A) * (x B)`` then a sum over columns: a GRU-style gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 3, bias=False)
+        self.b = torch.nn.Linear(4, 3, bias=False)
+
+    def forward(self, x, detach_gate: bool = False):
+        gate = torch.sigmoid(self.a(x))
+        gate = gate.detach() if detach_gate else gate
+        return (gate * self.b(x)).sum(-1, keepdim=True)
+
+
+def test_a_sigmoid_factor_is_a_gate():
+    torch.manual_seed(9)
+    model = Gated().double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with lrp.relevance_pass(model, rules=lrp.rules.Epsilon(0.0)) as mode:
+        watched = mode.watch(x)
+        out = model(watched)
+    (relevance,) = mode.backward(out, out.detach(), [watched])
+    # the reference: the gate detached, gradient x input (exact for LRP-0 on a bias-free linear map)
+    reference = x.clone().requires_grad_()
+    model(reference, detach_gate=True).sum().backward()  # seed = out: one unit per output
+    torch.testing.assert_close(relevance, reference.grad * x, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(relevance.sum(), out.sum().detach(), rtol=1e-9, atol=1e-12)
+
+
+def test_softmax_attention_readout_is_a_gate():
+    """``sum_i softmax(s)_i x_i`` over nodes (an attention readout): the
+    weights are held constant, all relevance reaches ``x`` through the
+    weighted sum."""
+    torch.manual_seed(10)
+    x = torch.randn(6, 3, dtype=torch.float64)
+    score = torch.nn.Linear(3, 1, bias=False).double()
+
+    def readout(h, detach=False):
+        w = torch.softmax(score(h), dim=0)
+        return ((w.detach() if detach else w) * h).sum(0, keepdim=True)
+
+    class Readout(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.score = score
+
+        def forward(self, h):
+            return readout(h)
+
+    with lrp.relevance_pass(Readout(), rules=lrp.rules.Epsilon(0.0)) as mode:
+        watched = mode.watch(x)
+        out = Readout()(watched)
+    (relevance,) = mode.backward(out, out.detach(), [watched])
+    reference = x.clone().requires_grad_()
+    readout(reference, detach=True).sum().backward()
+    torch.testing.assert_close(relevance, reference.grad * x, rtol=1e-9, atol=1e-12)
