@@ -2,7 +2,7 @@
 
 Trains the BA-Shapes GCN of ``examples/node_classification_ba_shapes.py``
 (its own functions, imported) and the karate-club GCN of the README, explains
-one node of each with ``lrp.explain`` and draws the explanations with
+one node of each (and of a small heterogeneous graph) with ``lrp.explain`` and draws the explanations with
 ``lrp.visualize_graph``, ``lrp.visualize_features`` and
 ``lrp.visualize_walks``. Fixed seeds, one thread: the same pictures on every
 run. About 10 s here (2 CPU cores, imports included).
@@ -76,6 +76,46 @@ def karate(out: Path) -> None:
     lrp.visualize_graph(explanation, out / "karate.png")
 
 
+def hetero(out: Path) -> None:
+    """A paper of a small random paper / author graph under a two-layer
+    ``to_hetero`` SAGE model with random weights (the Heterogeneous graphs page)."""
+    from torch_geometric.data import HeteroData
+    from torch_geometric.nn import SAGEConv, to_hetero
+
+    class GNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = SAGEConv((-1, -1), 16)
+            self.conv2 = SAGEConv((-1, -1), 16)
+
+        def forward(self, x, edge_index):
+            x = self.conv1(x, edge_index).relu()
+            return self.conv2(x, edge_index)
+
+    class Classifier(torch.nn.Module):
+        def __init__(self, metadata):
+            super().__init__()
+            self.gnn = to_hetero(GNN(), metadata, aggr="sum")
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.head(self.gnn(x_dict, edge_index_dict)["paper"])
+
+    g = torch.Generator().manual_seed(0)
+    data = HeteroData()
+    data["paper"].x = torch.randn(12, 8, generator=g)
+    data["author"].x = torch.randn(8, 4, generator=g)
+    data["paper", "cites", "paper"].edge_index = torch.randint(12, (2, 18), generator=g)
+    writes = torch.stack([torch.randint(8, (20,), generator=g), torch.randint(12, (20,), generator=g)])
+    data["author", "writes", "paper"].edge_index = writes
+    data["paper", "written_by", "author"].edge_index = writes.flip(0)
+    torch.manual_seed(0)
+    model = Classifier(data.metadata())
+    explanation = lrp.explain(model, data, index=0)
+    explanation.index = {"paper": explanation.index}  # the explained rows are papers: ring them
+    lrp.visualize_graph(explanation, out / "hetero.png")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "assets" / "pictures"))
@@ -86,6 +126,7 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     ba_shapes(out)
     karate(out)
+    hetero(out)
     print(f"wrote {', '.join(sorted(p.name for p in out.glob('*.png')))} to {out} "
           f"in {time.perf_counter() - start:.1f} s")
 
