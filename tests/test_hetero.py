@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.explain import Explainer, HeteroExplanation
 from torch_geometric.nn import (GATConv, GCNConv, GraphConv, HANConv, HeteroConv, HGTConv, SAGEConv,
@@ -451,3 +453,46 @@ def test_softmax_attention_readout_is_a_gate():
     reference = x.clone().requires_grad_()
     readout(reference, detach=True).sum().backward()
     torch.testing.assert_close(relevance, reference.grad * x, rtol=1e-9, atol=1e-12)
+
+
+# --- properties ------------------------------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None)
+@given(papers=st.integers(1, 9), authors=st.integers(1, 9), edges=st.integers(0, 25), seed=st.integers(0, 10_000))
+def test_random_hetero_graphs_lrp0_is_gradient_x_input(papers, authors, edges, seed):
+    """On random sizes (edge types without edges, nodes without messages
+    included), a bias-free ``to_hetero`` model under ``Epsilon(0)`` gives
+    gradient x input for every node type, no residual, and one edge mask
+    entry per edge of every type."""
+    g = torch.Generator().manual_seed(seed)
+    data = HeteroData()
+    data["paper"].x = torch.randn(papers, 3, generator=g, dtype=torch.float64)
+    data["author"].x = torch.randn(authors, 2, generator=g, dtype=torch.float64)
+    for src, n_src, dst, n_dst, name in [("paper", papers, "paper", papers, "cites"),
+                                         ("author", authors, "paper", papers, "writes"),
+                                         ("paper", papers, "author", authors, "written_by")]:
+        data[src, name, dst].edge_index = torch.stack([torch.randint(n_src, (edges,), generator=g),
+                                                       torch.randint(n_dst, (edges,), generator=g)])
+    torch.manual_seed(seed)
+    gnn = to_hetero(Plain(bias=False), data.metadata(), aggr="sum").double()
+    gnn(data.x_dict, data.edge_index_dict)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gnn = gnn
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.gnn(x_dict, edge_index_dict)["paper"]
+
+    head = Head()
+    explanation = lrp.explain(head, data, index=0, rules=lrp.rules.Epsilon(0.0))
+    inputs = {k: v.clone().requires_grad_() for k, v in data.x_dict.items()}
+    out = head(inputs, data.edge_index_dict)
+    out[0, out[0].argmax()].backward()
+    for node_type, x in inputs.items():
+        torch.testing.assert_close(explanation[node_type].node_mask, x.grad * x, rtol=1e-7, atol=1e-10)
+    assert abs(explanation.residual) <= 1e-9 * (1 + abs(explanation.score))
+    for edge_type in data.edge_types:
+        assert explanation[edge_type].edge_mask.shape == (edges,)
