@@ -286,3 +286,19 @@ def test_index_out_of_range_for_the_output():
     x, edge_index, kwargs = inputs("graph")
     with pytest.raises(ValueError, match="index: row 5 is out of range for an output of 3 rows"):
         lrp.explain(model, x, edge_index, index=5, **kwargs)
+
+
+def test_a_forward_without_gradients_warns_that_no_relevance_reaches_the_inputs():
+    class NoGrad(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2)
+
+        def forward(self, x, edge_index):
+            with torch.no_grad():
+                return self.lin(x)
+
+    x, edge_index = torch.randn(5, 3), torch.tensor([[0, 1], [1, 2]])
+    with pytest.warns(RuntimeWarning, match="does not depend on the explained inputs"):
+        explanation = lrp.explain(NoGrad(), x, edge_index, index=1)
+    assert explanation.relevance_total == 0.0

@@ -366,3 +366,30 @@ def test_graph_level_model_whose_first_node_has_no_edges():
     full = lrp.explain(model, x, edge_index, index=0, batch=batch, task_level="graph")
     torch.testing.assert_close(explanation.node_mask, full.node_mask)
     assert explanation.score == pytest.approx(float(model(x, edge_index, batch)[0].max().detach()))
+
+
+class PerNodeOffset(torch.nn.Module):
+    """A parameter with one row per node of the graph: it runs on the whole
+    graph only, so the subgraph's forward fails."""
+
+    def __init__(self, num_nodes: int):
+        super().__init__()
+        self.conv = GCNConv(4, 8)
+        self.offset = torch.nn.Parameter(torch.randn(num_nodes, 8))
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x, edge_index):
+        return self.head((self.conv(x, edge_index) + self.offset).relu())
+
+
+def test_a_forward_failing_on_the_subgraph_falls_back_to_the_full_graph():
+    torch.manual_seed(0)
+    x = torch.randn(40, 4)
+    edge_index = torch.stack([torch.arange(39), torch.arange(1, 40)])  # a path: small cuts
+    model = PerNodeOffset(40)
+    with pytest.warns(lrp.SubgraphWarning, match="its forward failed on the subgraph"):
+        got = lrp.explain(model, x, edge_index, index=torch.tensor([5]), mode="multiclass_classification")
+    expected = lrp.explain(model, x, edge_index, index=torch.tensor([5]), mode="multiclass_classification",
+                           subgraph=False)
+    torch.testing.assert_close(got.node_mask, expected.node_mask)
+    assert abs(got.residual) < 1e-5 * (1 + abs(got.score))

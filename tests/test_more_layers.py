@@ -203,7 +203,7 @@ class TestPropagation(FamilyTests):
 
 
 # ---------------------------------------------------------------------------
-# Left out: DirGNNConv (edge relevance disagrees with the twin)
+# DirGNNConv (left out of convert: its composite would split one layer's rules)
 # ---------------------------------------------------------------------------
 
 
@@ -226,9 +226,8 @@ def test_dirgnn_node_relevance_matches_twin(rule):
     assert_relevance(rel, twin.inputs[0], "node relevance")
 
 
-@pytest.mark.xfail(strict=True, reason="conv_out propagates over the flipped edges; EdgeRelevance books a message by "
-                                       "its (src, dst) pair, so to the opposite input edge or to none")
 def test_dirgnn_edge_relevance_matches_twin():
+    """``conv_out`` propagates over the flipped edges: message k is still input edge k."""
     setup, rule = dirgnn_setup(), RULES["epsilon"]
     relevance = seed_relevance(setup.call_with(setup.stock, setup.inputs), 5)
     twin = setup.reference(setup.stock, setup.inputs, rule, relevance, setup.edge_index)

@@ -182,7 +182,7 @@ permute movedim swapaxes squeeze squeeze_ unsqueeze unsqueeze_ contiguous clone
 flatten unflatten narrow select split split_with_sizes tensor_split chunk unbind
 to float double half bfloat16 type type_as cpu cuda detach detach_ requires_grad_
 masked_fill masked_fill_ index_fill index_fill_ flip roll pad where sort topk
-index_put index_put_ gather_csr data.__get__ new_zeros new_ones new_full new_empty
+index_put index_put_ index_copy index_copy_ gather_csr data.__get__ new_zeros new_ones new_full new_empty
 zeros_like ones_like empty_like full_like
 values _coalesced_ sparse_coo_tensor sparse_csr_tensor
 """.split())

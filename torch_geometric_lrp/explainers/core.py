@@ -38,7 +38,7 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
-from ..mode import relevance_pass, unwrap
+from ..mode import UnsupportedOpError, relevance_pass, unwrap
 from .subgraph import Cut, count_hops, cut, message_flow, reaches_ring, slice_inputs, with_context
 from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
                       seed_of)
@@ -167,8 +167,18 @@ class Pass:
             raise
         if categorical and not self._looked_up():
             raise self._no_lookup(x)
+        self._check_connected()
         self.logits = self.mode.logits_of(self.out)
         return self.out
+
+    def _check_connected(self) -> None:
+        """Warn when no explained input reaches the output (a forward run under
+        ``torch.no_grad()``, detached tensors): every mask would be 0."""
+        if not self.out.requires_grad:
+            warnings.warn(f"LRP: the output of {type(unwrap(self.model)).__name__} does not depend on the explained "
+                          f"inputs as autograd sees them (a forward under torch.no_grad(), or detached tensors), so "
+                          f"no relevance reaches them: the masks are 0 and the residual is the whole score.",
+                          RuntimeWarning, stacklevel=5)
 
     def _forward_hetero(self, x: dict, edge_index: dict, kwargs: dict) -> Tensor:
         """:meth:`forward` on ``{node_type: x}`` and ``{edge_type: edges}``:
@@ -187,6 +197,7 @@ class Pass:
             self._edges = self._stack.enter_context(
                 EdgeRelevance(self.model, edge_index, {k: v.shape[0] for k, v in x.items()}))
         self.out = self._call(self.x, edge_index, kwargs)
+        self._check_connected()
         self.logits = self.mode.logits_of(self.out)
         return self.out
 
@@ -384,7 +395,15 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
         inputs = slice_inputs(kwargs, c, n, e)[0]
-        out = p.forward(x[c.nodes], c.edge_index, inputs)
+        try:
+            out = p.forward(x[c.nodes], c.edge_index, inputs)
+        except UnsupportedOpError:
+            raise  # an op without a rule: the full graph has it too
+        except Exception as error:  # e.g. a parameter with one row per node of the graph
+            if context is None and isinstance(check, Exception):
+                raise  # the full graph fails too: the model's own error
+            fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
+            return None
         # a graph-level output of a one-node cut also has one row per node:
         # the check's output (on more nodes) tells them apart
         rows_per_node = out.shape[0] == c.num_nodes and (

@@ -63,6 +63,14 @@ def route(edges: Tensor, messages: Tensor) -> Routing:
     """The :class:`Routing` of messages over ``messages`` ``[2, M]`` onto the
     input ``edges`` ``[2, E]``."""
     num = edges.shape[1]
+    if messages.shape[1] >= num and num and not torch.equal(messages[:, :num], edges) and \
+            torch.equal(messages[:, :num], edges.flip(0)):
+        # The layer propagates over the reversed edges (DirGNNConv's conv_out):
+        # message k still belongs to input edge k, whatever pairs exist both ways.
+        rest = torch.arange(num, messages.shape[1], device=messages.device)
+        loops = rest[messages[0, rest] == messages[1, rest]]
+        other = rest[messages[0, rest] != messages[1, rest]]
+        return Routing(slice(0, num), slice(0, num), loops, messages[0, loops], other)
     if messages.shape[1] >= num and torch.equal(messages[:, :num], edges):
         # The common case (the input's edges, then self-loops a layer added,
         # as add_remaining_self_loops does): no sort needed, and the input's
