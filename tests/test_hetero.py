@@ -224,6 +224,17 @@ def test_hetero_conv_books_self_loops_of_gcn_per_node_type():
 # --- exactness -------------------------------------------------------------------------------
 
 
+class Head(torch.nn.Module):
+    """The ``node_type`` rows of a ``to_hetero`` model's output dict."""
+
+    def __init__(self, gnn: torch.nn.Module, node_type: str = "paper"):
+        super().__init__()
+        self.gnn, self.node_type = gnn, node_type
+
+    def forward(self, x_dict, edge_index_dict):
+        return self.gnn(x_dict, edge_index_dict)[self.node_type]
+
+
 class Plain(torch.nn.Module):
     def __init__(self, layers: int = 2, bias: bool = False, aggr: str = "add"):
         super().__init__()
@@ -245,15 +256,7 @@ def test_bias_free_to_hetero_lrp0_is_gradient_x_input():
     model = to_hetero(Plain(bias=False), data.metadata(), aggr="sum").double()
     model(x_dict, data.edge_index_dict)
 
-    class Head(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gnn = model
-
-        def forward(self, x_dict, edge_index_dict):
-            return self.gnn(x_dict, edge_index_dict)["paper"]
-
-    head = Head()
+    head = Head(model)
     explanation = lrp.explain(head, x_dict, data.edge_index_dict, index=torch.tensor([2, 5]),
                               rules=lrp.rules.Epsilon(0.0))
     inputs = {k: v.clone().requires_grad_() for k, v in x_dict.items()}
@@ -275,15 +278,7 @@ def test_edge_relevance_of_one_layer_is_its_messages():
     gnn = to_hetero(Plain(layers=1), data.metadata(), aggr="sum").double()
     gnn(x_dict, data.edge_index_dict)
 
-    class Head(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gnn = gnn
-
-        def forward(self, x_dict, edge_index_dict):
-            return self.gnn(x_dict, edge_index_dict)["paper"]
-
-    head = Head()
+    head = Head(gnn)
     rows = torch.tensor([0, 1, 4])
     explanation = lrp.explain(head, x_dict, data.edge_index_dict, index=rows, rules=lrp.rules.Epsilon(0.0))
     with torch.no_grad():
@@ -322,17 +317,9 @@ def test_one_node_type_equals_the_homogeneous_model():
     for name in ("conv1", "conv2"):
         getattr(hetero, name)["v__to__v"].load_state_dict(getattr(homogeneous, name).state_dict())
 
-    class Head(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gnn = hetero
-
-        def forward(self, x_dict, edge_index_dict):
-            return self.gnn(x_dict, edge_index_dict)["v"]
-
     index = torch.tensor([1, 7])
     expected = lrp.explain(homogeneous, x, edge_index, index=index, subgraph=False)
-    got = lrp.explain(Head(), {"v": x}, {("v", "to", "v"): edge_index}, index=index)
+    got = lrp.explain(Head(hetero, "v"), {"v": x}, {("v", "to", "v"): edge_index}, index=index)
     torch.testing.assert_close(got["v"].node_mask, expected.node_mask, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got["v", "to", "v"].edge_mask, expected.edge_mask, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got["v"].self_loop_relevance, expected.self_loop_relevance, rtol=1e-5, atol=1e-6)
@@ -478,15 +465,7 @@ def test_random_hetero_graphs_lrp0_is_gradient_x_input(papers, authors, edges, s
     gnn = to_hetero(Plain(bias=False), data.metadata(), aggr="sum").double()
     gnn(data.x_dict, data.edge_index_dict)
 
-    class Head(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gnn = gnn
-
-        def forward(self, x_dict, edge_index_dict):
-            return self.gnn(x_dict, edge_index_dict)["paper"]
-
-    head = Head()
+    head = Head(gnn)
     explanation = lrp.explain(head, data, index=0, rules=lrp.rules.Epsilon(0.0))
     inputs = {k: v.clone().requires_grad_() for k, v in data.x_dict.items()}
     out = head(inputs, data.edge_index_dict)
