@@ -199,11 +199,10 @@ def test_to_hetero_and_hetero_conv_through_explainer(build, node_mask_type):
                           model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
     explanation = explainer(data.x_dict, data.edge_index_dict, index=torch.tensor([0, 3]))
     explanation.validate(raise_on_error=True)
-    width = {"attributes": None, "object": 1}
     for node_type, x in data.x_dict.items():
         mask = explanation[node_type].node_mask
         expected = {"attributes": x.shape, "object": (x.shape[0], 1), "common_attributes": (1, x.shape[1])}
-        assert mask.shape == expected[node_mask_type], width
+        assert mask.shape == expected[node_mask_type]
     assert explanation.score == pytest.approx(expected_score(logits, [0, 3], "multiclass_classification"), rel=1e-5)
     check_accounting(explanation)
     # the targets read edges of both types that end at papers

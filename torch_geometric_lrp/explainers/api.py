@@ -124,18 +124,17 @@ def explain(
     explanation.index = rows
     explanation.target = result.target
     explanation._model_args = list(kwargs)
-    if isinstance(x, dict):  # as PyG's Explainer stores a heterogeneous graph's inputs
+    hetero = isinstance(x, dict)
+    if hetero:  # as PyG's Explainer stores a heterogeneous graph's inputs: per type
         explanation.set_value_dict("x", x)
         explanation.set_value_dict("edge_index", edge_index)
-        for key, value in kwargs.items():
-            if isinstance(value, dict):
-                explanation.set_value_dict(key[:-5] if key.endswith("_dict") else key, value)
-            else:
-                explanation[key] = value
-        return explanation
-    explanation.x, explanation.edge_index = x, edge_index
+    else:
+        explanation.x, explanation.edge_index = x, edge_index
     for key, value in kwargs.items():
-        explanation[key] = value
+        if hetero and isinstance(value, dict):
+            explanation.set_value_dict(key[:-5] if key.endswith("_dict") else key, value)
+        else:
+            explanation[key] = value
     return explanation
 
 

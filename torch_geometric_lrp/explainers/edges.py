@@ -63,18 +63,13 @@ def route(edges: Tensor, messages: Tensor) -> Routing:
     """The :class:`Routing` of messages over ``messages`` ``[2, M]`` onto the
     input ``edges`` ``[2, E]``."""
     num = edges.shape[1]
-    if messages.shape[1] >= num and num and not torch.equal(messages[:, :num], edges) and \
-            torch.equal(messages[:, :num], edges.flip(0)):
-        # The layer propagates over the reversed edges (DirGNNConv's conv_out):
-        # message k still belongs to input edge k, whatever pairs exist both ways.
-        rest = torch.arange(num, messages.shape[1], device=messages.device)
-        loops = rest[messages[0, rest] == messages[1, rest]]
-        other = rest[messages[0, rest] != messages[1, rest]]
-        return Routing(slice(0, num), slice(0, num), loops, messages[0, loops], other)
-    if messages.shape[1] >= num and torch.equal(messages[:, :num], edges):
+    head_of = messages[:, :num] if messages.shape[1] >= num else None
+    if head_of is not None and (torch.equal(head_of, edges) or (num and torch.equal(head_of, edges.flip(0)))):
         # The common case (the input's edges, then self-loops a layer added,
         # as add_remaining_self_loops does): no sort needed, and the input's
-        # pairs are all used up by the prefix.
+        # pairs are all used up by the prefix. The same holds for a layer that
+        # propagates over the reversed edges (DirGNNConv's conv_out): message
+        # k belongs to input edge k, whatever pairs exist both ways.
         head = slice(0, num)
         rest = torch.arange(num, messages.shape[1], device=messages.device)
         match_rest = torch.full_like(rest, -1)
