@@ -83,10 +83,10 @@ def test_model_is_left_as_it_was_after_explain_nodes():
 
 
 class SquaredGCN(GCN):
-    """``pow`` has no relevance rule: the relevance pass must raise."""
+    """``pow(3)`` has no relevance rule: the relevance pass must raise."""
 
     def logits(self, x, edge_index):
-        return super().logits(x, edge_index).pow(2)
+        return super().logits(x, edge_index).pow(3)
 
 
 @pytest.mark.parametrize("training", [False, True])

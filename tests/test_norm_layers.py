@@ -113,14 +113,14 @@ def test_norms_conserve_with_biases(name, rule):
     assert bool(torch.isfinite(explanation.node_mask).all())
 
 
-def test_a_power_outside_a_norm_layer_still_has_no_rule():
+def test_a_cube_outside_a_norm_layer_still_has_no_rule():
     class Square(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.conv = GCNConv(F_IN, 3)
 
         def forward(self, x, edge_index):
-            return self.conv(x, edge_index).pow(2)
+            return self.conv(x, edge_index).pow(3)  # (pow(2) is x * x: the product rule)
 
     x = torch.randn(N, F_IN)
     with pytest.raises(lrp.UnsupportedOpError, match="pow"):

@@ -69,6 +69,19 @@ class _Constant(Function):
         return None, None, None
 
 
+class _Held(Function):
+    @staticmethod
+    def forward(ctx, anchor, value, label):
+        ctx.label = label
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, relevance):
+        if audit.is_active():
+            audit.record_absorbed(ctx.label, relevance.sum())
+        return None, None, None
+
+
 _anchors: dict = {}
 
 
@@ -82,6 +95,13 @@ def anchor(device) -> Tensor:
     if t is None:
         t = _anchors[key] = torch.zeros((), device=key, requires_grad=True)
     return t
+
+
+def held(value: Tensor, label: str) -> Tensor:
+    """A constant that relevance tensors are written into (``c[mask] = x``):
+    outside a map its gradient is relevance, which it absorbs (booked under
+    ``label``)."""
+    return _Held.apply(anchor(value.device), value, label)
 
 
 def constant(value: Tensor, label: str) -> Tensor:

@@ -53,9 +53,12 @@ from torch.nn import Parameter
 from torch.overrides import TorchFunctionMode, resolve_name
 from torch.utils.weak import WeakIdKeyDictionary
 
+from torch_geometric.nn.conv.dna_conv import restricted_softmax as _restricted_softmax
+from torch_geometric.nn.conv.gcn_conv import gcn_norm as _gcn_norm
 from torch_geometric.utils import softmax as _pyg_softmax
 
 from . import functional as R
+from .attention import ATTENTION_HANDLERS
 from . import maps
 from .rules import Epsilon, Pass, Rule, nonfinite_guard, times
 
@@ -146,7 +149,23 @@ def _detach_parameters(args, kwargs):
     return tuple(detach(a) for a in args), {k: detach(v) for k, v in kwargs.items()}
 
 
-_PYG_SOFTMAX = _pyg_softmax.__code__
+# PyG helpers that compute normalisation weights from the signal (softmax
+# attention, GCN's symmetric degree normalisation of learned edge weights):
+# their non-linear ops make gates, held constant (see RelevanceMode._route).
+_NORMALISERS = frozenset({_pyg_softmax.__code__, _restricted_softmax.__code__, _gcn_norm.__code__})
+_NORMALISER_OPS = frozenset("exp pow pow_ sqrt rsqrt".split())
+
+
+def _in_normaliser() -> bool:
+    frame = sys._getframe(2)
+    for _ in range(8):  # the mode's own frames, then the helper
+        if frame is None:
+            return False
+        if frame.f_code in _NORMALISERS:
+            return True
+        frame = frame.f_back
+    return False
+
 
 # Non-linear ops that compute a normalisation layer's statistics (see RelevanceMode._in_norm).
 _STATISTICS = frozenset("""pow __pow__ square sqrt rsqrt std var norm mul __mul__""".split())
@@ -207,6 +226,10 @@ _PASS = {
     "softmax": F.softmax, "log_softmax": F.log_softmax,
     # x / ||x||: the norm is treated as a constant gate
     "normalize": F.normalize,
+    # |x| = sign(x) x and the square root: monotone pieces, relevance passes
+    "abs": torch.abs, "abs_": torch.abs, "sqrt": torch.sqrt, "sqrt_": torch.sqrt,
+    # exp: a positive weight (Gaussian kernels, unnormalised attention), a gate in a product
+    "exp": torch.exp, "exp_": torch.exp,
 }
 
 
@@ -256,9 +279,32 @@ def _mul(mode, input, other):
 
 
 def _div(mode, input, other, *, rounding_mode=None):
-    if rounding_mode is not None or _carries(other):
-        return NotImplemented  # a signal in the denominator has no rule
+    if rounding_mode is not None or not _carries(input):
+        return NotImplemented  # 1 / x has no rule
+    if _carries(other):
+        # A signal in the denominator is a normaliser (a sum of attention
+        # scores, a norm, a count): held constant like LayerNorm's std, the
+        # numerator takes all relevance. (x / y has gradient x input 0: it is
+        # homogeneous of degree 0, so no rule splits it between x and y.)
+        return mode.call(torch.div, input, other.detach())
     return R.div(input, other)
+
+
+def _pow(mode, input, exponent=2):
+    """``x ** 2`` (and ``square``): the product ``x * x`` (the product rule)."""
+    if isinstance(exponent, Tensor) or exponent != 2 or not _carries(input):
+        return NotImplemented
+    return mode.call(torch.mul, input, input)
+
+
+def _addmm(mode, input, mat1, mat2, *, beta=1, alpha=1):
+    """``beta * input + alpha * (mat1 @ mat2)`` as those linear ops."""
+    product = mode.call(torch.matmul, mat1, mat2)
+    if alpha != 1:
+        product = mode.call(torch.mul, product, alpha)
+    if isinstance(beta, (int, float)) and beta == 0:
+        return product
+    return mode.call(torch.add, product, mode.call(torch.mul, input, beta) if beta != 1 else input)
 
 
 def _linear(mode, input, weight, bias=None):
@@ -268,6 +314,10 @@ def _linear(mode, input, weight, bias=None):
 
 
 def _matmul(mode, input, other):
+    if _carries(input) and _carries(other):
+        gate_a, gate_b = mode.is_gate(input), mode.is_gate(other)
+        if gate_a != gate_b:  # softmax(Q K^T) @ V: the attention is a gate (as in mul)
+            return mode.gated(torch.matmul, input, other, gate_a)
     if _carries(input) and _carries(other) and input.dim() >= 2 and other.dim() >= 2 and \
             input.layout == other.layout == torch.strided:
         # Two signals (NNConv's edge-conditioned weights with edge_attr explained):
@@ -391,21 +441,6 @@ def _amax_amin(reduce):
     return handler
 
 
-def _softmax_exp(mode, input):
-    """``exp`` inside PyG's ``torch_geometric.utils.softmax`` (hand-written
-    attention: AGNNConv, GATEConv, ...): its output is a gate, held constant
-    like the attention of the ``lrp.nn`` layers, so the softmax weights are
-    constants and no relevance enters them. Anywhere else ``exp`` has no rule."""
-    frame = sys._getframe(1)
-    for _ in range(8):  # the mode's own frames, then the caller
-        if frame is None:
-            break
-        if frame.f_code is _PYG_SOFTMAX:
-            return torch.exp(input.detach())
-        frame = frame.f_back
-    return NotImplemented
-
-
 def _batch_norm(mode, input, running_mean, running_var, weight=None, bias=None, training=False,
                 momentum=0.1, eps=1e-5):
     if training or running_mean is None or running_var is None:
@@ -421,7 +456,7 @@ def _layer_norm(mode, input, normalized_shape, weight=None, bias=None, eps=1e-5)
 # input of these, which the mode remembers (see RelevanceMode.logits_of).
 _OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
 # Activations whose outputs are gates when they multiply another signal.
-_GATES = (F.softmax, torch.sigmoid)
+_GATES = (F.softmax, torch.sigmoid, torch.exp)
 # Autograd nodes of reshapes that keep the order of elements.
 _ORDER_KEEPING = frozenset({"ViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward",
                             "CloneBackward", "UnsafeViewBackward", "AliasBackward"})
@@ -462,8 +497,10 @@ HANDLERS: dict[str, Callable] = {
     "segment_max_csr": _segment_csr("max"), "segment_min_csr": _segment_csr("min"),
     "max": _max_min("max"), "min": _max_min("min"),
     "amax": _amax_amin("max"), "amin": _amax_amin("min"),
-    "batch_norm": _batch_norm, "layer_norm": _layer_norm, "exp": _softmax_exp,
+    "batch_norm": _batch_norm, "layer_norm": _layer_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
+    "addmm": _addmm,
     **{name: _pass(fn) for name, fn in _PASS.items()},
+    **ATTENTION_HANDLERS,
 }
 
 
@@ -492,7 +529,8 @@ index_put gather_csr
 """.split())
 LINEAR_OPS: dict[str, str] = {
     **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
-    "linear": "linear", "batch_norm": "batch_norm", "instance_norm": "instance_norm",
+    "linear": "linear", "batch_norm": "batch_norm", "instance_norm": "instance_norm", "einsum": "mul",
+    "functional.einsum": "mul",
     **{name: "copy" for name in MAP_COPIES},
 }
 # In-place ops run out of place (the caller uses the returned tensor).
@@ -501,6 +539,10 @@ _OUT_OF_PLACE = {
     "__imul__": torch.mul, "mul_": torch.mul, "__itruediv__": torch.div, "div_": torch.div,
     "scatter_add_": torch.scatter_add, "index_add_": torch.index_add, "scatter_reduce_": torch.scatter_reduce,
 }
+# In-place copies that write their values into the first argument.
+_WRITES = frozenset("__setitem__ index_put_ index_copy_ masked_scatter_ scatter_".split())
+# In-place ops the pass runs out of place (see RelevanceMode.__torch_function__).
+_IN_PLACE = frozenset(_OUT_OF_PLACE) | frozenset(n for n in _PASS if n.endswith("_"))
 # Ops that only read metadata: they neither end a map nor need a rule.
 _METADATA = frozenset("""size dim numel shape.__get__ dtype.__get__ device.__get__ ndim.__get__ layout.__get__
 is_floating_point is_complex __len__ stride is_contiguous element_size storage_offset requires_grad.__get__
@@ -512,6 +554,9 @@ _BATCH_NORM_ROLES = {1: "gate", "running_mean": "gate", 2: "gate", "running_var"
 
 def _is_linear(name: str, kind: str, args, kwargs) -> bool:
     """Whether this call of a linear-kind op is linear in its signals."""
+    if name.endswith("einsum"):  # einsum(equation, *operands) or einsum(equation, [operands])
+        operands = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
+        return sum(_carries(a) for a in operands) == 1
     if kind == "mul":
         if name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide")):
             return kwargs.get("rounding_mode") is None and len(args) > 1 and not _carries(args[1])
@@ -519,8 +564,7 @@ def _is_linear(name: str, kind: str, args, kwargs) -> bool:
     if kind == "linear":
         return not (_carries(args[1:]) or _carries(kwargs.get("weight")) or _carries(kwargs.get("bias")))
     if kind == "batch_norm":
-        training = args[5] if len(args) > 5 else kwargs.get("training", False)
-        return not training and not _carries(args[1:]) and not _carries(list(kwargs.values()))
+        return not _carries(args[1:]) and not _carries(list(kwargs.values()))
     if kind == "instance_norm":
         return not _carries(args[1:]) and not _carries(list(kwargs.values()))
     if name.startswith("scatter_reduce"):
@@ -611,6 +655,7 @@ class RelevanceMode(TorchFunctionMode):
         self._model = model
         self._stack: list = []  # (module, rule in effect) of the running modules
         self.unsupported: Counter = Counter()
+        self.in_place: list = []  # in-place ops on relevance tensors, run out of place
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
         self._gates: set = set()  # grad_fn of sigmoid / softmax outputs (gates in a product)
         # output of a linear op -> (rule, stream outputs): where a linear op
@@ -766,7 +811,11 @@ class RelevanceMode(TorchFunctionMode):
         r"""Batch norm with running statistics is :math:`x s + t` with
         :math:`s = w / \sqrt{\sigma^2 + \epsilon}` a gate and
         :math:`t = b - \mu s` a bias: two ops of the map, so what ``t``
-        absorbs is measured."""
+        absorbs is measured. With batch statistics (no running ones, or
+        ``training``) it is instance norm over the batch: the mean a linear op,
+        the variance a gate."""
+        if training or running_mean is None or running_var is None:
+            return self._centred_and_scaled(rule, input, (0, *range(2, input.dim())), weight, bias, eps)
         scale = torch.rsqrt(running_var + eps)
         if weight is not None:
             scale = scale * weight.detach()
@@ -787,7 +836,10 @@ class RelevanceMode(TorchFunctionMode):
         (``use_input_stats=False``) it is batch norm."""
         if not use_input_stats:
             return self._batch_norm(rule, input, running_mean, running_var, weight, bias, False, momentum, eps)
-        dims = tuple(range(2, input.dim()))
+        return self._centred_and_scaled(rule, input, tuple(range(2, input.dim())), weight, bias, eps)
+
+    def _centred_and_scaled(self, rule: Rule, input, dims, weight, bias, eps):
+        r""":math:`(x - \mu(x)) s + b` per channel (dim 1), statistics over ``dims``."""
         shape = [1] * input.dim()
         shape[1] = -1
         scale = torch.rsqrt(input.detach().var(dim=dims, unbiased=False, keepdim=True) + eps)
@@ -829,6 +881,12 @@ class RelevanceMode(TorchFunctionMode):
                 type(node).__name__.rstrip("0123456789") in _GATE_SHAPES:
             node = node.next_functions[0][0]
         return node is not None and node in self._gates
+
+    def call(self, func: Callable, *args, **kwargs):
+        """``func(*args, **kwargs)`` routed like an op of the forward: for
+        handlers that run an op as several simpler ones (an LSTM cell as its
+        gates and products, attention as its weights and a product)."""
+        return self._route(func, args, kwargs)
 
     def gated(self, func: Callable, input: Tensor, other: Tensor, input_is_gate: bool) -> Tensor:
         """``func(input, other)`` with the gate operand held constant."""
@@ -965,6 +1023,12 @@ class RelevanceMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = self._route(func, args, kwargs or {})
+        if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
+                _op_name(func) in _IN_PLACE and _carries(args[0]) and not args[0].is_leaf:
+            # The op ran out of place (a relevance Function owns its output): a
+            # caller that drops the returned tensor computes something else than
+            # the model does. Recorded, so the explainer can check the output.
+            self.in_place.append(f"'{_op_name(func)}' in {self.where()}")
         if self._track_nonfinite and isinstance(out, Tensor) and out.is_floating_point() and \
                 self.first_nonfinite is None and _carries(out) and not bool(torch.isfinite(out).all()):
             self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"
@@ -1007,10 +1071,12 @@ class RelevanceMode(TorchFunctionMode):
         # A non-linear op (or the op-level Pass rule): the maps feeding it end
         # here (their outputs are already closed), parameters are constants.
         args, kwargs = _detach_parameters(args, kwargs)
-        if name in _STATISTICS and self._in_norm():
+        if (name in _STATISTICS and self._in_norm()) or (name in _NORMALISER_OPS and _in_normaliser()):
             # Inside a normalisation layer, a non-linear op of the signal computes
             # a statistic (a variance, std or norm): held constant, a gate, as
             # LRP treats LayerNorm's std; centring and scaling stay linear.
+            # Likewise the exp of PyG's softmax helpers (attention weights) and
+            # the degree power of gcn_norm (learned edge weights normalised).
             a, kw = _walk(args, kwargs, lambda t, key: t.detach())
             return func(*a, **kw)
         handler = HANDLERS.get(name)
@@ -1018,6 +1084,13 @@ class RelevanceMode(TorchFunctionMode):
             out = handler(self, *args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if name in _WRITES and isinstance(args[0], Tensor) and args[0].is_floating_point() and \
+                not _carries(args[0]):
+            # Relevance written into a constant (``c[mask] = x``, as in PyG's
+            # add_remaining_self_loops): the constant joins the pass first, so
+            # what reaches its remaining entries is measured as absorbed.
+            with torch.enable_grad():
+                args[0].copy_(maps.held(args[0].detach().clone(), "constant"))
         out = func(*args, **kwargs)
         if name not in COPIES and _carries(out):
             self._report(name)

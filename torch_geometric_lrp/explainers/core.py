@@ -167,18 +167,30 @@ class Pass:
             raise
         if categorical and not self._looked_up():
             raise self._no_lookup(x)
-        self._check_connected()
-        self.logits = self.mode.logits_of(self.out)
-        return self.out
+        return self._checked(self.x, edge_index, kwargs)
 
-    def _check_connected(self) -> None:
-        """Warn when no explained input reaches the output (a forward run under
-        ``torch.no_grad()``, detached tensors): every mask would be 0."""
+    def _checked(self, x, edge_index, kwargs: dict) -> Tensor:
+        """The output of the pass, checked: an error when the forward dropped
+        the result of an in-place op (see ``RelevanceMode.in_place``) and so
+        computed something else than the model; a warning when no explained
+        input reaches it (a forward under ``torch.no_grad()``, detached
+        tensors): every mask would be 0. Sets the logits."""
+        if self.mode.in_place:
+            with torch.no_grad(), self.mode.paused():
+                plain = self._call(x, edge_index, kwargs)
+            if not torch.allclose(plain, self.out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
+                raise UnsupportedOpError(
+                    f"{type(unwrap(self.model)).__name__}: {', '.join(dict.fromkeys(self.mode.in_place))} changes a "
+                    f"tensor that carries relevance in place, and the forward goes on without the returned tensor. "
+                    f"Inside the relevance pass such ops run out of place, so the pass would explain another "
+                    f"function than the model. Write the op out of place (x = x.mul(a), not x.mul_(a)).")
         if not self.out.requires_grad:
             warnings.warn(f"LRP: the output of {type(unwrap(self.model)).__name__} does not depend on the explained "
                           f"inputs as autograd sees them (a forward under torch.no_grad(), or detached tensors), so "
                           f"no relevance reaches them: the masks are 0 and the residual is the whole score.",
                           RuntimeWarning, stacklevel=5)
+        self.logits = self.mode.logits_of(self.out)
+        return self.out
 
     def _forward_hetero(self, x: dict, edge_index: dict, kwargs: dict) -> Tensor:
         """:meth:`forward` on ``{node_type: x}`` and ``{edge_type: edges}``:
@@ -197,9 +209,7 @@ class Pass:
             self._edges = self._stack.enter_context(
                 EdgeRelevance(self.model, edge_index, {k: v.shape[0] for k, v in x.items()}))
         self.out = self._call(self.x, edge_index, kwargs)
-        self._check_connected()
-        self.logits = self.mode.logits_of(self.out)
-        return self.out
+        return self._checked(self.x, edge_index, kwargs)
 
     def _looked_up(self) -> bool:
         return any(name == "x" for name, _, _ in self.mode.lookups)

@@ -1,0 +1,237 @@
+"""Op rules of the relevance pass against hand-written references, in float64.
+
+Each reference is the same computation written in plain torch with the gates
+of the rule detached (a denominator, an ``exp`` factor, batch statistics,
+attention weights). Bias-free and linear once the gates are frozen, LRP-0
+(``Epsilon(0)``) of the pass must then equal gradient x input of the
+reference: seeding the output with its own value gives each input
+``x * d(sum out)/dx``. A rule that let relevance into a gate, or that split a
+product differently, changes the numbers.
+
+Then the PyG layers these ops come from are explained end to end with the
+conservation audit (``residual``: what no op booked), and a forward that
+drops the result of an in-place op is refused.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+from torch import Tensor
+
+import torch_geometric_lrp as lrp
+from torch_geometric_lrp.mode import UnsupportedOpError, relevance_pass
+from torch_geometric_lrp.rules import Epsilon, Gamma
+
+DTYPE = torch.float64
+N, F_IN, HID = 7, 5, 4
+
+
+def weights(*shape, seed=0) -> Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DTYPE)
+
+
+X = weights(N, F_IN, seed=1)
+
+
+def lrp0(fn, x: Tensor = X, rule=None) -> Tensor:
+    """Input relevance of ``fn(x)`` seeded with its own value."""
+    with relevance_pass(rules=rule or Epsilon(0.0)) as mode:
+        watched = mode.watch(x)
+        out = fn(watched)
+        (relevance,) = mode.backward(out, out.detach(), [watched])
+    return relevance
+
+
+def grad_x_input(reference, x: Tensor = X) -> Tensor:
+    x = x.clone().requires_grad_()
+    reference(x).sum().backward()
+    return x.grad * x.detach()
+
+
+A, B, W = weights(F_IN, HID, seed=2), weights(F_IN, HID, seed=3), weights(HID, HID, seed=4)
+
+
+def check(fn, reference):
+    got, want = lrp0(fn), grad_x_input(reference)
+    torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
+    return got
+
+
+def test_a_signal_in_the_denominator_is_held_constant():
+    def fn(x, detach=False):
+        d = (x @ B).pow(2).sum(-1, keepdim=True)
+        return (x @ A) / (d.detach() if detach else d)
+    relevance = check(fn, lambda x: fn(x, detach=True))
+    assert torch.isclose(relevance.sum(), fn(X).sum())  # nothing went into the denominator
+
+
+def test_one_over_a_signal_is_refused():
+    with pytest.raises(UnsupportedOpError, match="reciprocal|div"):
+        lrp0(lambda x: 1.0 / (x @ A))
+
+
+def test_square_is_the_product_of_the_signal_with_itself():
+    torch.testing.assert_close(lrp0(lambda x: (x @ A).pow(2) @ W), lrp0(lambda x: ((x @ A) * (x @ A)) @ W))
+    torch.testing.assert_close(lrp0(lambda x: torch.square(x @ A)), lrp0(lambda x: (x @ A) * (x @ A)))
+    # the product rule halves: the two halves land on the same input, so the total is kept
+    out = (X @ A).pow(2) @ W
+    assert torch.isclose(lrp0(lambda x: (x @ A).pow(2) @ W).sum(), out.sum())
+
+
+def test_other_powers_are_refused():
+    with pytest.raises(UnsupportedOpError, match="pow"):
+        lrp0(lambda x: (x @ A).pow(3))
+
+
+def test_an_exp_factor_is_a_gate():
+    check(lambda x: torch.exp(x @ A) * (x @ B), lambda x: torch.exp(x @ A).detach() * (x @ B))
+
+
+def test_abs_and_sqrt_pass_relevance():
+    # |z| is piecewise linear through 0: the pass rule is gradient x input
+    check(lambda x: (x @ A).abs() @ W, lambda x: (x @ A).abs() @ W)
+    # sqrt: monotone, relevance passes unchanged, so the total is kept
+    relevance = lrp0(lambda x: torch.sqrt((x @ A).abs()) @ W)
+    assert torch.isclose(relevance.sum(), (torch.sqrt((X @ A).abs()) @ W).sum())
+
+
+def test_batch_statistics_are_gates():
+    bn = torch.nn.BatchNorm1d(HID, affine=False, track_running_stats=False).double()
+
+    def reference(x):
+        h = x @ A
+        var = h.detach().var(0, unbiased=False, keepdim=True)
+        return (h - h.mean(0, keepdim=True)) * torch.rsqrt(var + bn.eps)
+    check(lambda x: bn(x @ A), reference)
+
+
+def test_addmm_is_its_linear_ops():
+    def fn(x):
+        h = x @ A
+        return torch.addmm(h, h, W, beta=0.3, alpha=0.7)
+
+    def written_out(x):
+        h = x @ A
+        return 0.3 * h + 0.7 * (h @ W)
+    check(fn, fn)
+    # under a rule that modifies weights, the same as the ops written out
+    torch.testing.assert_close(lrp0(fn, rule=Gamma(0.25)), lrp0(written_out, rule=Gamma(0.25)))
+
+
+def test_einsum_with_one_signal_is_linear():
+    blocks = torch.nn.Parameter(weights(2, 2, 3, seed=5))
+
+    def fn(x):
+        return torch.einsum("abc,bcd->abd", (x @ A).view(-1, 2, 2), blocks)
+
+    def written_out(x):
+        h = (x @ A).view(-1, 2, 2)
+        return torch.stack([h[:, b] @ blocks[b] for b in range(2)], dim=1)
+    check(fn, fn)
+    torch.testing.assert_close(lrp0(fn, rule=Gamma(0.25)), lrp0(written_out, rule=Gamma(0.25)))
+
+
+# --- multi-head attention ---------------------------------------------------------------------
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_multihead_attention_freezes_the_attention(batch_first):
+    mha = torch.nn.MultiheadAttention(8, 2, bias=False, batch_first=batch_first).double().eval()
+    x0 = weights(3, 5, 8, seed=6)
+
+    def reference(x):  # weights from the values, then the value path written out
+        with torch.no_grad():
+            _, attention = mha(x0, x0, x0, average_attn_weights=False)
+        q = x.transpose(0, 1) if batch_first else x  # [L, N, E]
+        length, batch = q.shape[:2]
+        v = (q @ mha.in_proj_weight[16:].t()).reshape(length, batch * 2, 4).transpose(0, 1)
+        out = torch.bmm(attention.reshape(batch * 2, length, length), v).transpose(0, 1).reshape(length, batch, 8)
+        out = out @ mha.out_proj.weight.t()
+        return out.transpose(0, 1) if batch_first else out
+
+    with relevance_pass(mha, rules=Epsilon(0.0)) as mode:
+        x = mode.watch(x0)
+        out, _ = mha(x, x, x, need_weights=False)
+        (relevance,) = mode.backward(out, out.detach(), [x])
+    torch.testing.assert_close(out.detach(), reference(x0).detach())
+    torch.testing.assert_close(relevance, grad_x_input(reference, x0), rtol=1e-8, atol=1e-10)
+
+
+# --- PyG layers end to end -------------------------------------------------------------------
+def graph(edge_dim=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(20, 8, generator=g, dtype=DTYPE)
+    edge_index = torch.randint(0, 20, (2, 60), generator=g)
+    kwargs = {} if edge_dim is None else {"edge_attr": torch.randn(60, edge_dim, generator=g, dtype=DTYPE)}
+    return x, edge_index, kwargs
+
+
+class Head(torch.nn.Module):
+    def __init__(self, conv, width, call=None):
+        super().__init__()
+        self.conv, self.lin, self.call = conv, torch.nn.Linear(width, 3), call
+
+    def forward(self, x, edge_index, **kwargs):
+        h = self.call(self.conv, x, edge_index, **kwargs) if self.call else self.conv(x, edge_index, **kwargs)
+        return self.lin(h.relu())
+
+
+LAYERS = {
+    "GMMConv": (lambda: pyg_nn.GMMConv(8, 6, dim=3, kernel_size=2), 6, 3, None),
+    "PDNConv": (lambda: pyg_nn.PDNConv(8, 6, edge_dim=4, hidden_channels=8), 6, 4, None),
+    "DNAConv": (lambda: pyg_nn.DNAConv(8, heads=2, groups=1), 8, None,
+                lambda conv, x, ei: conv(torch.stack([x, x.relu()], dim=1), ei)),
+    "RGCNConv(num_blocks)": (lambda: pyg_nn.RGCNConv(8, 6, num_relations=3, num_blocks=2), 6, None,
+                             lambda conv, x, ei: conv(x, ei, torch.arange(ei.shape[1]) % 3)),
+    "GPSConv": (lambda: pyg_nn.GPSConv(8, pyg_nn.GINConv(torch.nn.Linear(8, 8)), heads=2), 8, None, None),
+    "PMLP": (lambda: pyg_nn.models.PMLP(8, 6, 6, num_layers=2), 6, None, None),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_layer_is_explained_and_conserves(name):
+    build, width, edge_dim, call = LAYERS[name]
+    torch.manual_seed(0)
+    model = Head(build(), width, call).double().eval()
+    x, edge_index, kwargs = graph(edge_dim)
+    explanation = lrp.explain(model, x, edge_index, index=torch.arange(4), **kwargs)
+    assert torch.isfinite(explanation.node_mask).all()
+    assert abs(float(explanation.residual)) <= 1e-9 * max(1.0, abs(float(explanation.score)))
+
+
+def test_learned_edge_weights_with_added_self_loops_book_the_loop_constants():
+    """PDNConv normalises learned edge weights with self-loops of weight 1
+    written into a constant (``add_remaining_self_loops``): the relevance
+    that reaches those constants is booked as absorbed, not lost."""
+    torch.manual_seed(0)
+    conv = pyg_nn.PDNConv(8, 3, edge_dim=4, hidden_channels=8, normalize=True, add_self_loops=True).double()
+    x, edge_index, kwargs = graph(4, seed=3)
+    explanation = lrp.explain(conv, x, edge_index, index=torch.arange(4), **kwargs)
+    assert abs(float(explanation.residual)) <= 1e-9 * abs(float(explanation.score))
+    assert abs(float(explanation.absorbed)) > 1e-6  # the loop weights take a part
+
+
+def test_a_dropped_in_place_result_is_refused():
+    torch.manual_seed(0)
+    model = Head(pyg_nn.GCN2Conv(8, alpha=0.1, theta=0.5, layer=1), 8,
+                 lambda conv, x, ei: conv(x, x, ei)).double()
+    x, edge_index, _ = graph()
+    with pytest.raises(UnsupportedOpError, match=r"'mul_' in module 'conv' \(GCN2Conv\).*out of place"):
+        lrp.explain(model, x, edge_index, index=torch.arange(4))
+
+
+class InPlaceUsed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x, edge_index):
+        h = self.a(x)
+        h = h.relu_()  # the returned tensor is used: the forward is the model's
+        h.mul_(1.0)  # dropped, but changes nothing
+        return self.b(h)
+
+
+def test_in_place_ops_whose_result_is_used_are_explained():
+    x, edge_index, _ = graph()
+    explanation = lrp.explain(InPlaceUsed().double(), x, edge_index, index=torch.arange(4))
+    assert abs(float(explanation.residual)) <= 1e-9 * max(1.0, abs(float(explanation.score)))
