@@ -184,6 +184,9 @@ LAYERS = {
                              lambda conv, x, ei: conv(x, ei, torch.arange(ei.shape[1]) % 3)),
     "GPSConv": (lambda: pyg_nn.GPSConv(8, pyg_nn.GINConv(torch.nn.Linear(8, 8)), heads=2), 8, None, None),
     "PMLP": (lambda: pyg_nn.models.PMLP(8, 6, 6, num_layers=2), 6, None, None),
+    # std = sqrt(E[x^2] - E[x]^2): the square root passes, the squares are products
+    "PNAConv(std)": (lambda: pyg_nn.PNAConv(8, 6, aggregators=["mean", "std"], scalers=["identity"],
+                                             deg=torch.tensor([1, 4, 6, 5, 3, 1])), 6, None, None),
 }
 
 
@@ -215,7 +218,7 @@ def test_a_dropped_in_place_result_is_refused():
     model = Head(pyg_nn.GCN2Conv(8, alpha=0.1, theta=0.5, layer=1), 8,
                  lambda conv, x, ei: conv(x, x, ei)).double()
     x, edge_index, _ = graph()
-    with pytest.raises(UnsupportedOpError, match=r"'mul_' in module 'conv' \(GCN2Conv\).*out of place"):
+    with pytest.raises(UnsupportedOpError, match=r"in-place ops .*'mul_' in module 'conv' \(GCN2Conv\).*out of place"):
         lrp.explain(model, x, edge_index, index=torch.arange(4))
 
 

@@ -59,6 +59,7 @@ from torch_geometric.utils import softmax as _pyg_softmax
 
 from . import functional as R
 from .attention import ATTENTION_HANDLERS
+from .recurrent import RECURRENT_HANDLERS
 from . import maps
 from .rules import Epsilon, Pass, Rule, nonfinite_guard, times
 
@@ -500,7 +501,7 @@ HANDLERS: dict[str, Callable] = {
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
     "addmm": _addmm,
     **{name: _pass(fn) for name, fn in _PASS.items()},
-    **ATTENTION_HANDLERS,
+    **ATTENTION_HANDLERS, **RECURRENT_HANDLERS,
 }
 
 

@@ -180,10 +180,10 @@ class Pass:
                 plain = self._call(x, edge_index, kwargs)
             if not torch.allclose(plain, self.out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
                 raise UnsupportedOpError(
-                    f"{type(unwrap(self.model)).__name__}: {', '.join(dict.fromkeys(self.mode.in_place))} changes a "
-                    f"tensor that carries relevance in place, and the forward goes on without the returned tensor. "
-                    f"Inside the relevance pass such ops run out of place, so the pass would explain another "
-                    f"function than the model. Write the op out of place (x = x.mul(a), not x.mul_(a)).")
+                    f"{type(unwrap(self.model)).__name__}: the forward runs in-place ops on tensors that carry "
+                    f"relevance ({', '.join(dict.fromkeys(self.mode.in_place))}) and goes on without a returned "
+                    f"tensor. Inside the relevance pass such ops run out of place, so the pass would explain "
+                    f"another function than the model. Write them out of place (x = x.mul(a), not x.mul_(a)).")
         if not self.out.requires_grad:
             warnings.warn(f"LRP: the output of {type(unwrap(self.model)).__name__} does not depend on the explained "
                           f"inputs as autograd sees them (a forward under torch.no_grad(), or detached tensors), so "
