@@ -238,3 +238,43 @@ def test_in_place_ops_whose_result_is_used_are_explained():
     x, edge_index, _ = graph()
     explanation = lrp.explain(InPlaceUsed().double(), x, edge_index, index=torch.arange(4))
     assert abs(float(explanation.residual)) <= 1e-9 * max(1.0, abs(float(explanation.score)))
+
+
+# --- pooling scores ------------------------------------------------------------------------------
+class Pooled(torch.nn.Module):
+    def __init__(self, pool):
+        super().__init__()
+        self.conv = pyg_nn.GCNConv(8, 6, bias=False)
+        self.pool, self.lin = pool, torch.nn.Linear(6, 3, bias=False)
+
+    def forward(self, x, edge_index, batch):
+        h = self.conv(x, edge_index).relu()
+        h, edge_index, _, batch, _, _ = self.pool(h, edge_index, batch=batch)
+        return self.lin(pyg_nn.global_mean_pool(h, batch))
+
+
+def _detach_score(module, args, out):
+    out.weight = out.weight.detach()
+    return out
+
+
+@pytest.mark.parametrize("pool", ["TopKPooling", "SAGPooling"])
+def test_pooling_scores_are_gates(pool):
+    """``x[perm] * tanh(score)``: the score is held constant, so LRP-0 of a
+    bias-free ReLU model equals gradient x input of the model with the score
+    detached (under the product rule half would go into the score)."""
+    torch.manual_seed(0)
+    layer = pyg_nn.TopKPooling(6, ratio=0.5) if pool == "TopKPooling" else \
+        pyg_nn.SAGPooling(6, ratio=0.5, GNN=pyg_nn.GraphConv)
+    model = Pooled(layer).double().eval()
+    x, edge_index, _ = graph(seed=2)
+    batch = torch.arange(20) // 10
+    explanation = lrp.explain(model, x, edge_index, index=0, batch=batch, rules=Epsilon(0.0))
+    target = int(explanation.target)
+    handle = layer.select.register_forward_hook(_detach_score)
+    try:
+        reference = x.clone().requires_grad_()
+        model(reference, edge_index, batch)[0, target].backward()
+    finally:
+        handle.remove()
+    torch.testing.assert_close(explanation.node_mask, reference.grad * x, rtol=1e-8, atol=1e-10)

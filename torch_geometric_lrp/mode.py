@@ -19,8 +19,12 @@ mode detaches them at each op, so nothing on the model is toggled).
 * **Non-linear ops** end the maps that feed them and get an op-level rule from
   :mod:`torch_geometric_lrp.functional`: element-wise activations pass
   relevance, max/min reductions and scatters give it to the winner, the
-  product of two signals splits it in halves, ``layer_norm`` treats its
-  standard deviation as a constant.
+  product of two signals splits it in halves unless one factor is a gate (a
+  sigmoid, softmax, tanh or exp output: held constant), a signal in a
+  denominator is a normaliser (held constant), ``layer_norm`` treats its
+  standard deviation as a constant. Fused ops (LSTM / GRU, multi-head
+  attention, ``addmm``) run as their simple ops
+  (:mod:`~torch_geometric_lrp.recurrent`, :mod:`~torch_geometric_lrp.attention`).
 * Anything else whose output carries relevance has no rule. It is never given
   gradient semantics silently: with ``strict=True`` it raises
   :class:`UnsupportedOpError`, otherwise it is counted in
@@ -266,8 +270,9 @@ def _neg(mode, input):
 
 def _mul(mode, input, other):
     if _carries(input) and _carries(other):
-        # A factor that comes out of a sigmoid or softmax is a gate (LSTM / GRU
-        # gates, HAN's semantic attention, attention readouts): held constant,
+        # A factor that comes out of a sigmoid, softmax, tanh or exp is a gate
+        # (HAN's semantic attention, attention readouts, TopK / SAG pooling
+        # scores, Gaussian kernels): held constant,
         # the other factor takes all relevance (Arras et al. 2017). The product
         # stays linear in that factor, so it continues its map.
         gate_a, gate_b = mode.is_gate(input), mode.is_gate(other)
@@ -456,8 +461,9 @@ def _layer_norm(mode, input, normalized_shape, weight=None, bias=None, eps=1e-5)
 # Output activations: the relevance of a class starts from its logit, the
 # input of these, which the mode remembers (see RelevanceMode.logits_of).
 _OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
-# Activations whose outputs are gates when they multiply another signal.
-_GATES = (F.softmax, torch.sigmoid, torch.exp)
+# Activations whose outputs are gates when they multiply another signal
+# (weights in [0, 1], [-1, 1] or positive: gates, attention, pooling scores, kernels).
+_GATES = (F.softmax, torch.sigmoid, torch.exp, torch.tanh)
 # Autograd nodes of reshapes that keep the order of elements.
 _ORDER_KEEPING = frozenset({"ViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward",
                             "CloneBackward", "UnsafeViewBackward", "AliasBackward"})
@@ -875,7 +881,7 @@ class RelevanceMode(TorchFunctionMode):
         return maps.open_stream(t, None if stream.input is _same_input else stream.input)
 
     def is_gate(self, t: Tensor) -> bool:
-        """``t`` is a sigmoid or softmax output of this pass, seen through
+        """``t`` is a sigmoid, softmax, tanh or exp output of this pass, seen through
         reshapes and broadcasts (``view``, ``unsqueeze``, ``expand``, ...)."""
         node = t.grad_fn
         while node is not None and node not in self._gates and \
