@@ -24,7 +24,7 @@ mode detaches them at each op, so nothing on the model is toggled).
   denominator is a normaliser (held constant), ``layer_norm`` treats its
   standard deviation as a constant. Fused ops (LSTM / GRU, multi-head
   attention, ``addmm``) run as their simple ops
-  (:mod:`~torch_geometric_lrp.recurrent`, :mod:`~torch_geometric_lrp.attention`).
+  (``torch_geometric_lrp.recurrent``, ``torch_geometric_lrp.attention``).
 * Anything else whose output carries relevance has no rule. It is never given
   gradient semantics silently: with ``strict=True`` it raises
   :class:`UnsupportedOpError`, otherwise it is counted in
