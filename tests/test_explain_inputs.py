@@ -104,13 +104,15 @@ def test_float_target_on_a_classifier_is_refused_after_inference():
         lrp.explain(model, x, edge_index, index=3, target=torch.ones(N))
 
 
-def test_regression_target_is_refused(no_work):
-    """A regression output is explained as it is; a target value would be
-    silently ignored, so it is refused."""
+def test_regression_target_leaves_the_relevance_alone():
+    """A regression phenomenon's target (the observed value) is not seeded:
+    the relevance explains the prediction, as without it."""
     model = build("gcn", "regression")
     x, edge_index, _ = inputs("node")
-    with pytest.raises(ValueError, match="target: a regression model's output is explained as it is"):
-        lrp.explain(model, x, edge_index, index=3, target=torch.full((N, 1), 5.0), mode="regression")
+    plain = lrp.explain(model, x, edge_index, index=3, mode="regression")
+    given = lrp.explain(model, x, edge_index, index=3, target=torch.full((N, 1), 5.0), mode="regression")
+    torch.testing.assert_close(given.node_mask, plain.node_mask)
+    assert given.score == pytest.approx(logits_of(model, "node")[3].item(), rel=1e-5)
 
 
 def test_regression_model_explanation_explains_the_output():

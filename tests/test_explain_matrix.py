@@ -30,10 +30,6 @@ def test_explainer_matrix(name, index_kind, mode, return_type, explanation_type)
     index = INDEX[level][index_kind]
     target = other_target(logits_of(model, level), mode) if explanation_type == "phenomenon" else None
     explainer = lrp_explainer(model, mode, return_type, level, explanation_type)
-    if mode == "regression" and explanation_type == "phenomenon":
-        with pytest.raises(ValueError, match="target: a regression model's output is explained as it is"):
-            explainer(x, edge_index, target=target, index=index, **kwargs)
-        return
     explanation = explainer(x, edge_index, target=target, index=index, **kwargs)
 
     assert explanation.node_mask.shape == x.shape
@@ -49,8 +45,6 @@ def test_explainer_matrix(name, index_kind, mode, return_type, explanation_type)
 def test_explain_matrix(name, index_kind, mode, return_type, explanation_type):
     """``lrp.explain`` reads the task level, mode (where the output tells)
     and return type off its one forward, and gives what the Explainer gives."""
-    if mode == "regression" and explanation_type == "phenomenon":
-        pytest.skip("a regression target is refused (test_explain_inputs)")
     model = build(name, mode, return_type)
     level = model.level
     x, edge_index, kwargs = inputs(level)

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 from torch_geometric.explain import Explanation, HeteroExplanation
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
-from torch_geometric.explain.config import ExplanationType, MaskType
+from torch_geometric.explain.config import MaskType
 
 from ..rules import Rule
 from .core import Settings, explain_rows, explanation_of
@@ -63,6 +63,11 @@ class LRP(ExplainerAlgorithm):
         always uses the full graph.
     """
 
+    # PyG's mask-learning algorithms keep their masks as attributes and reset
+    # them to None after each call; LRP learns no mask, so these stay None.
+    node_mask = None
+    edge_mask = None
+
     def __init__(self, rules: Union[None, Rule, dict] = None, mask: str = "signed", strict: bool = True,
                  subgraph: bool = True):
         super().__init__()
@@ -80,11 +85,10 @@ class LRP(ExplainerAlgorithm):
         check_x(x, categorical=True, hetero=True)
         check_edge_index(edge_index, explainer.edge_mask_type, x)
         rows = check_rows(index, None)
-        phenomenon = explainer.explanation_type == ExplanationType.phenomenon
-        target = check_target(target, config.mode, phenomenon)
+        target = check_target(target, config.mode)
         settings = Settings(task_level=config.task_level, mode=config.mode, return_type=config.return_type,
                             rules=self.rules, strict=self.strict, subgraph=self.subgraph,
-                            track_edges=explainer.edge_mask_type is not None, phenomenon=phenomenon)
+                            track_edges=explainer.edge_mask_type is not None)
         result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
         return explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
                               (result.absorbed, result.lost), explainer.node_mask_type,

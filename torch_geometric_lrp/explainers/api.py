@@ -88,7 +88,8 @@ def explain(
     target : Tensor, optional
         The class (multiclass) or the 0/1 labels (binary) to explain, one
         entry per output row or per explained row; default: the prediction.
-        A regression output is explained as it is, so it takes no target.
+        A regression output is explained as it is: a target (the observed
+        value) does not change the relevance.
     rules, mask, subgraph, strict
         As for :class:`~torch_geometric_lrp.LRP`.
     node_mask_type, edge_mask_type

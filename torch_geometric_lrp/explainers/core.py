@@ -67,7 +67,6 @@ class Settings:
     strict: bool = True
     subgraph: bool = True
     track_edges: bool = True
-    phenomenon: bool = True  # a target given by the user (not the prediction)
 
 
 @dataclass
@@ -378,7 +377,7 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
         elif rows.numel() and int(rows.max()) >= out.shape[0]:
             raise ValueError(f"index: row {int(rows.max())} is out of range for an output of "
                              f"{out.shape[0]} rows.")
-        target = check_target(target, mode, settings.phenomenon)
+        target = check_target(target, mode)
         seed, target = seed_of(p.logits, rows, rows, out.shape[0], target, mode)
         node, edge_attr, lost, absorbed = p.relevance(seed)
         return Relevance(output=out.detach()[rows], seed=seed, target=target, node=node, edge=p.edge,
@@ -426,7 +425,7 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
         level, mode, return_type = resolve_task(p, settings, c.num_nodes, c.edge_index, inputs)
         if level != ModelTaskLevel.node:
             return None
-        target = check_target(target, mode, settings.phenomenon)
+        target = check_target(target, mode)
         seed, target = seed_of(p.logits, c.index, rows, n, target, mode)
         if isinstance(check, Exception):
             fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")

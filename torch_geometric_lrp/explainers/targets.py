@@ -8,7 +8,11 @@ explained rows :math:`r` and zero elsewhere:
 * multiclass, class :math:`c_r`: :math:`R_{r, c_r} = z_{r, c_r}`;
 * binary (one or several labels :math:`k`, target :math:`t_{rk} \in \{0, 1\}`):
   :math:`R_{rk} = (2 t_{rk} - 1)\, z_{rk}`, the evidence for the target label;
-* regression: :math:`R_r = z_r`, the output itself.
+* regression: :math:`R_r = z_r`, the output itself. A target (the observed
+  value of a ``phenomenon`` explanation) stays on the explanation and does
+  not change the relevance, which explains the prediction, as PyG's Captum
+  explainer does (a value the model did not output has no relevance to
+  spread).
 
 The score is :math:`\sum R`. Without a target, the model's prediction is
 explained (the argmax, or :math:`z > 0` per label).
@@ -150,17 +154,12 @@ def check_batch_size(batch_size) -> None:
         raise ValueError(f"batch_size: expected a positive int (targets per pass), got {batch_size!r}.")
 
 
-def check_target(target, mode: Optional[ModelMode], phenomenon: bool = True) -> Optional[Tensor]:
+def check_target(target, mode: Optional[ModelMode]) -> Optional[Tensor]:
     """What can be told about ``target`` before the forward: its kind for
     the mode. Returns it as a tensor."""
     if target is None:
         return None
     target = torch.as_tensor(target)
-    if mode == ModelMode.regression and phenomenon:
-        raise ValueError(
-            "target: a regression model's output is explained as it is (its value is the score); a target "
-            "value would not change what LRP explains. Pass target=None."
-        )
     if mode == ModelMode.multiclass_classification and (target.is_floating_point() or target.dtype == torch.bool):
         raise TypeError(
             f"target: a multiclass model's target holds class indices, got {target.dtype}. Pass "
@@ -262,7 +261,7 @@ def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: int, target: 
     flat = logits.reshape(logits.shape[0], -1)
     seed = torch.zeros_like(flat)
     z = flat[place]
-    if mode == ModelMode.regression:
+    if mode == ModelMode.regression:  # a target (the observed value) is not seeded
         seed[place] = z
         return seed.view_as(logits), z.view(rows.numel(), *logits.shape[1:])
     width = flat.shape[1]
