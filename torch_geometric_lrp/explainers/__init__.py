@@ -2,5 +2,6 @@
 from .algorithm import LRP
 from .api import NodeRelevance, explain, explain_nodes
 from .core import SubgraphWarning
+from .loader import explain_loader
 
-__all__ = ["LRP", "explain", "explain_nodes", "NodeRelevance", "SubgraphWarning"]
+__all__ = ["LRP", "explain", "explain_nodes", "explain_loader", "NodeRelevance", "SubgraphWarning"]

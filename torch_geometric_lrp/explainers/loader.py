@@ -1,0 +1,132 @@
+r"""``lrp.explain_loader``: the seed nodes of every mini-batch a PyG
+``NeighborLoader`` yields, explained on that mini-batch.
+
+A ``NeighborLoader`` mini-batch is a ``Data`` whose first ``batch_size``
+nodes are the seeds, with ``n_id`` (each node's id in the loader's graph)
+and ``e_id`` (each edge's). The model runs on the mini-batch as in the
+user's own inference loop, and :func:`~torch_geometric_lrp.explain_nodes`
+explains its seeds there; the node and edge ids of each explanation are
+then mapped back to the loader's graph. So this is one more caller of
+``explain_nodes``, not a second relevance path.
+
+**What is explained** is the model's output on the mini-batch. It equals
+the output on the whole graph, and so does the relevance, when the
+mini-batch holds each seed's computation subgraph: every in-neighbour up to
+the model's depth :math:`L` (``num_neighbors=[-1] * L``), and one hop more
+for layers that read their sources' degrees (``GCNConv``'s normalisation:
+``[-1] * (L + 1)``). With sampled neighbourhoods (``num_neighbors=[10, 5]``)
+the relevance explains the prediction the model makes on the sample, which
+is what mini-batch inference reports; it conserves that prediction.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.explain import Explanation
+
+from .api import NodeRelevance, _coo, explain_nodes
+
+__all__ = ["explain_loader"]
+
+
+def explain_loader(
+    model: torch.nn.Module,
+    loader,
+    *,
+    inputs: Sequence[str] = (),
+    target: Optional[str] = None,
+    output: str = "list",
+    **options,
+) -> Iterator[Union[list[Explanation], NodeRelevance]]:
+    """Explain the seed nodes of each mini-batch of ``loader``, one mini-batch at a time.
+
+    Parameters
+    ----------
+    loader : iterable of Data
+        A ``torch_geometric.loader.NeighborLoader`` (or anything that yields
+        ``Data`` with ``x``, ``edge_index``, ``batch_size``, ``n_id`` and
+        ``e_id``, seeds first).
+    inputs : sequence of str
+        Mini-batch attributes passed to the model as keyword arguments, as
+        in ``model(batch.x, batch.edge_index, edge_attr=batch.edge_attr)``:
+        ``inputs=["edge_attr"]``.
+    target : str, optional
+        A mini-batch attribute holding one target per node (``"y"`` explains
+        the labels); default: the prediction.
+    output : str
+        ``'list'``: one ``Explanation`` per seed. ``'sparse'``: one
+        :class:`~torch_geometric_lrp.NodeRelevance` per mini-batch, its
+        columns the nodes and edges of the loader's graph.
+    **options
+        As for :func:`~torch_geometric_lrp.explain_nodes` (``rules``,
+        ``mode``, ``mask``, ``batch_size``, ``num_hops``, ``strict``).
+
+    Yields
+    ------
+    list of Explanation, or NodeRelevance
+        Per mini-batch, its seeds in order. An ``Explanation`` is on the
+        seed's subgraph of the mini-batch: ``node_index`` and ``edge_id``
+        are ids in the loader's graph (``n_id`` / ``e_id``),
+        ``x[index]`` is the seed, the rest as from ``explain_nodes``.
+    """
+    for name in ("progress", "distributed", "index"):
+        if name in options:
+            raise TypeError(f"{name}: explain_loader sets it (the seeds of each mini-batch, explained in this "
+                            f"process, no progress bar per mini-batch); leave it out.")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    graph = getattr(loader, "data", None)
+    for batch in loader:
+        _check_batch(batch, inputs, target)
+        seeds = int(batch.batch_size)
+        kwargs = {name: batch[name] for name in inputs}
+        seed_target = None if target is None else batch[target][:seeds]
+        result = explain_nodes(model, batch.x, batch.edge_index, torch.arange(seeds, device=batch.x.device),
+                               target=seed_target, output=output, progress=False, distributed=False,
+                               **options, **kwargs)
+        if output == "list":
+            for ex in result:
+                ex.node_index = batch.n_id[ex.node_index]
+                ex.edge_id = batch.e_id[ex.edge_id]
+            yield result
+        else:
+            yield _to_graph(result, batch, graph)
+
+
+def _check_batch(batch, inputs: Sequence[str], target: Optional[str]) -> None:
+    if not isinstance(batch, Data):
+        raise TypeError(f"loader: expected mini-batches of torch_geometric.data.Data (a NeighborLoader over a "
+                        f"Data), got {type(batch).__name__}; explain a HeteroData graph with lrp.explain.")
+    missing = [k for k in ("x", "edge_index", "batch_size", "n_id", "e_id") if batch.get(k) is None]
+    if missing:
+        raise ValueError(f"loader: a mini-batch has no {missing[0]!r}; explain_loader takes NeighborLoader "
+                         f"mini-batches (seed nodes first, batch_size, n_id and e_id).")
+    for name in (*inputs, *([target] if target is not None else [])):
+        if batch.get(name) is None:
+            raise ValueError(f"{'target' if name == target else 'inputs'}: the mini-batch has no attribute "
+                             f"{name!r} (it has {sorted(batch.keys())}).")
+
+
+def _to_graph(block: NodeRelevance, batch: Data, graph) -> NodeRelevance:
+    """``block``'s rows and columns as ids of the loader's graph."""
+    n = graph.num_nodes if isinstance(graph, Data) else int(batch.n_id.max()) + 1
+    e = graph.num_edges if isinstance(graph, Data) else int(batch.e_id.max()) + 1
+
+    def mapped(matrix: Optional[Tensor], ids: Tensor, size: int) -> Optional[Tensor]:
+        if matrix is None:
+            return None
+        rows, cols = matrix._indices()
+        cols = ids[cols]
+        order = torch.argsort(rows * size + cols)  # row-major again, as the columns moved
+        return _coo(torch.stack([rows[order], cols[order]]), matrix._values()[order], (matrix.shape[0], size))
+
+    return NodeRelevance(
+        index=batch.n_id[block.index], target=block.target, score=block.score,
+        relevance_total=block.relevance_total,
+        node_relevance=mapped(block.node_relevance, batch.n_id, n),
+        edge_relevance=mapped(block.edge_relevance, batch.e_id, e),
+        edge_attr_relevance=mapped(block.edge_attr_relevance, batch.e_id, e),
+    )
