@@ -278,3 +278,62 @@ def test_pooling_scores_are_gates(pool):
     finally:
         handle.remove()
     torch.testing.assert_close(explanation.node_mask, reference.grad * x, rtol=1e-8, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------
+# DynamicEdgeConv: the kNN graph is built from the signal as integer indices
+# ---------------------------------------------------------------------------
+def _knn_stand_in():
+    """PyG's DynamicEdgeConv calls pyg-lib's ``torch.ops.pyg.knn`` (integer
+    edge indices). Without pyg-lib, a stand-in op of the same signature."""
+    import torch_geometric.typing
+
+    if torch_geometric.typing.WITH_KNN or hasattr(torch.ops.pyg, "knn"):
+        return
+
+    @torch.library.custom_op("pyg::knn", mutates_args=())
+    def knn(x: Tensor, y: Tensor, ptr_x: Tensor | None, ptr_y: Tensor | None, k: int, cosine: bool,
+            num_workers: int) -> Tensor:
+        col = torch.cdist(y, x).topk(k, dim=1, largest=False).indices
+        row = torch.arange(y.shape[0]).view(-1, 1).expand_as(col)
+        return torch.stack([row.reshape(-1), col.reshape(-1)])
+
+
+def test_dynamic_edge_conv_holds_its_knn_graph_constant(monkeypatch):
+    """The kNN graph DynamicEdgeConv builds from ``x`` is integer indices:
+    no relevance reaches it, and the explanation is EdgeConv's on that graph
+    as a fixed input."""
+    import torch_geometric.typing
+
+    _knn_stand_in()
+    monkeypatch.setattr(torch_geometric.typing, "WITH_KNN", True)
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(2 * F_IN, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).double()
+    dynamic = pyg_nn.DynamicEdgeConv(mlp, k=3).eval()
+    static = pyg_nn.EdgeConv(mlp).eval()
+    knn_graph = torch.ops.pyg.knn(X, X, None, None, 3, False, 1).flip([0])
+
+    class Dynamic(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = dynamic
+
+        def forward(self, x, edge_index):
+            return self.conv(x)
+
+    class Static(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = static
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    rows = torch.arange(3)
+    got = lrp.explain(Dynamic(), X, torch.empty(2, 0, dtype=torch.long), index=rows, subgraph=False,
+                      mode="multiclass_classification")
+    want = lrp.explain(Static(), X, knn_graph, index=rows, subgraph=False, mode="multiclass_classification")
+    assert got.node_mask.abs().sum() > 0
+    torch.testing.assert_close(got.node_mask, want.node_mask)
+    assert got.score == pytest.approx(want.score, rel=1e-12)
+    assert abs(got.residual) < 1e-9 * abs(got.score)
