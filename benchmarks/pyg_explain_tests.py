@@ -161,6 +161,17 @@ def summarise(junit: str) -> tuple[dict, list]:
     return counts, failures
 
 
+def run(work: str, pytest_args=(), capture: bool = False) -> str:
+    """pytest on the prepared copy in ``work``, with the stand-in loaded
+    first; returns the path of its JUnit XML report."""
+    junit = os.path.join(work, "junit.xml")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([work, ROOT, os.environ.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "lrp_stand_in", "-p", "no:cacheprovider",
+               f"--junitxml={junit}", "--rootdir", work, os.path.join(work, "test", "explain"), *pytest_args]
+    subprocess.run(command, cwd=work, env=env, check=False, capture_output=capture)
+    return junit
+
+
 def table(counts: dict, changed: int, version: str) -> str:
     lines = [
         "# PyG's explain tests with `lrp.LRP()`",
@@ -192,13 +203,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as work:
         changed = prepare(os.path.abspath(args.checkout), work)
-        junit = os.path.join(work, "junit.xml")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([work, ROOT, os.environ.get("PYTHONPATH", "")]))
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "lrp_stand_in", "-p", "no:cacheprovider",
-                   f"--junitxml={junit}", "--rootdir", work, os.path.join(work, "test", "explain"),
-                   *args.pytest_args]
-        subprocess.run(command, cwd=work, env=env, check=False)
-        counts, failures = summarise(junit)
+        counts, failures = summarise(run(work, args.pytest_args))
 
     text = table(counts, changed, torch_geometric.__version__)
     print(text)

@@ -145,7 +145,9 @@ def test_bad_loaders_and_arguments_are_refused():
     data = graph()
     loader = NeighborLoader(data, num_neighbors=[2], batch_size=4, input_nodes=torch.arange(4))
     with pytest.raises(TypeError, match="index: explain_loader sets it"):
-        next(lrp.explain_loader(model, loader, index=torch.arange(2)))
+        lrp.explain_loader(model, loader, index=torch.arange(2))  # at the call, before any mini-batch
+    with pytest.raises(ValueError, match="output: must be one of"):
+        lrp.explain_loader(model, loader, output="dense")
     with pytest.raises(ValueError, match="inputs: the mini-batch has no attribute 'edge_weight'"):
         next(lrp.explain_loader(model, loader, inputs=["edge_weight"]))
     with pytest.raises(ValueError, match="target: the mini-batch has no attribute 'label'"):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,12 +90,6 @@ def test_stand_in_runs_a_pyg_style_suite(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     assert runner.prepare(str(checkout), str(work)) == 1
-    junit = work / "junit.xml"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(work), ROOT, os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "lrp_stand_in", "-p", "no:cacheprovider",
-                           f"--junitxml={junit}", str(work / "test" / "explain")],
-                          cwd=work, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-    counts, failures = runner.summarise(str(junit))
+    counts, failures = runner.summarise(runner.run(str(work), capture=True))
     assert failures == []
     assert dict(counts["test/explain/test_suite.py"]) == {"passed": 3}

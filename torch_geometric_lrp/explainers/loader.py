@@ -27,7 +27,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.explain import Explanation
 
-from .api import NodeRelevance, _coo, explain_nodes
+from .api import OUTPUTS, NodeRelevance, _coo, explain_nodes
 
 __all__ = ["explain_loader"]
 
@@ -76,8 +76,14 @@ def explain_loader(
         if name in options:
             raise TypeError(f"{name}: explain_loader sets it (the seeds of each mini-batch, explained in this "
                             f"process, no progress bar per mini-batch); leave it out.")
-    if isinstance(inputs, str):
-        inputs = [inputs]
+    if output not in OUTPUTS:
+        raise ValueError(f"output: must be one of {list(OUTPUTS)}, got {output!r}.")
+    # checked here, at the call; the mini-batches are explained as they are drawn
+    return _stream(model, loader, [inputs] if isinstance(inputs, str) else list(inputs), target, output, options)
+
+
+def _stream(model, loader, inputs: list[str], target: Optional[str], output: str,
+            options: dict) -> Iterator[Union[list[Explanation], NodeRelevance]]:
     graph = getattr(loader, "data", None)
     for batch in loader:
         _check_batch(batch, inputs, target)
