@@ -60,7 +60,7 @@ from torch_geometric.explain.algorithm import CaptumExplainer, GNNExplainer, PGE
 from torch_geometric.explain.algorithm.utils import clear_masks
 from torch_geometric.explain.metric import characterization_score, fidelity, unfaithfulness
 from torch_geometric.loader import DataLoader
-from torch_geometric.nn import GCNConv, GINConv, MessagePassing, global_mean_pool
+from torch_geometric.nn import GCNConv, GINConv, MessagePassing, global_add_pool, global_mean_pool
 from torch_geometric.utils import barabasi_albert_graph, k_hop_subgraph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -244,12 +244,18 @@ def make_task(name: str, seed: int = 0) -> Task:
 # ---------------------------------------------------------------------------
 
 class GNN(torch.nn.Module):
-    """``NUM_LAYERS`` x (conv -> ReLU) -> [global_mean_pool] -> Linear."""
+    """``NUM_LAYERS`` x (conv -> ReLU) -> [global pooling] -> Linear.
+
+    ``pool``: the readout of graph models, ``"mean"`` (``global_mean_pool``,
+    every benchmark's model) or ``"add"`` (``global_add_pool``, the sum
+    readout of sGNN-LRP's GIN; ``walks.py --readout add``)."""
 
     def __init__(self, kind: str, in_channels: int, out_channels: int, hidden: int = HIDDEN,
-                 num_layers: int = NUM_LAYERS, graph_level: bool = False):
+                 num_layers: int = NUM_LAYERS, graph_level: bool = False, pool: str = "mean"):
         super().__init__()
-        self.kind, self.graph_level = kind, graph_level
+        if pool not in ("mean", "add"):
+            raise ValueError(f"pool: 'mean' or 'add', got {pool!r}")
+        self.kind, self.graph_level, self.pool = kind, graph_level, pool
         self.convs = ModuleList()
         for layer in range(num_layers):
             c_in = in_channels if layer == 0 else hidden
@@ -268,7 +274,7 @@ class GNN(torch.nn.Module):
         if self.graph_level:
             if batch is None:
                 batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
-            x = global_mean_pool(x, batch)
+            x = (global_mean_pool if self.pool == "mean" else global_add_pool)(x, batch)
         return self.head(x)
 
 
@@ -282,9 +288,9 @@ class Trained:
     seconds: float
 
 
-def train(task: Task, kind: str, seed: int = 0, quick: bool = False) -> Trained:
+def train(task: Task, kind: str, seed: int = 0, quick: bool = False, pool: str = "mean") -> Trained:
     set_seed(seed)
-    model = GNN(kind, task.num_features, task.num_classes, graph_level=task.level == "graph")
+    model = GNN(kind, task.num_features, task.num_classes, graph_level=task.level == "graph", pool=pool)
     opt = torch.optim.Adam(model.parameters(), lr=0.003, weight_decay=5e-4)
     start = time.perf_counter()
     if task.level == "node":

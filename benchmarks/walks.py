@@ -6,6 +6,8 @@ GNN-LRP.
 The dataset, the model (the project's 3-layer GIN, hidden 64, mean pooling,
 linear head), its seeded training and the instance sample are those of
 ``common.py`` and ``faithfulness.py`` (the same weights for the same seed).
+``--readout add`` trains the same GIN with a sum readout (``global_add_pool``),
+the readout of sGNN-LRP's BA-2Motifs GIN, and writes ``walks_sum.md``.
 For every training seed in ``--seeds`` a GIN is trained and ``--instances``
 graphs (default 40, fixed by ``--data-seed``) are explained for the class the
 model predicts. Instance graphs have 25 nodes: a 20-node Barabasi-Albert tree
@@ -31,7 +33,13 @@ For each rule set in ``RULES`` (``rules=None``, the default composite;
   ``node_mask()``: the script asserts it (the two code paths, enumeration
   and masked message passing, agree) and reports the largest difference;
 * **top-25 walks**: ``node_mask()`` of ``lrp.walks(top_k=25)`` (the script
-  asserts that its relevances equal the 25 largest of ``top_k=None``).
+  asserts that its relevances equal the 25 largest of ``top_k=None``);
+* **greedy subgraph search**: how sGNN-LRP scores BA-2Motifs (its "local
+  best guess", alpha = 0). Starting from the empty set, add the node ``v``
+  that maximises :math:`S(C \cup \{v\})`, the relevance of the walks that
+  stay inside the grown set, until every node is in; a node's score is how
+  early it was added (``n`` for the first). One batched
+  ``lrp.subgraph_relevance`` call per step (all candidates), ``n`` calls.
 
 The other explainers on the same trained model, through PyG's ``Explainer``
 (``common.make_methods(..., include=("Captum", "GNNExplainer"))``, node mask
@@ -95,12 +103,15 @@ from common import (  # noqa: E402
 import torch_geometric_lrp as lrp  # noqa: E402
 from torch_geometric_lrp.explainers.targets import seed_of  # noqa: E402
 
+READOUTS = {"mean": "mean pooling", "add": "sum pooling"}
 TARGET = 0.993  # sGNN-LRP's published node AUROC on BA-2Motifs (Xiong et al., 2022, alpha = 0)
 TOP_K = 25
 COST_TOP_K = 10
 RULES = {"default": None, "Gamma(1.0)": lrp.rules.Gamma(1.0), "ZPlus()": lrp.rules.ZPlus()}
-GROUPS = ("first-order LRP", "walks (all)", "subgraph leave-one-out", f"top-{TOP_K} walks", "other explainers",
-          "model-side reference")
+GROUPS = ("first-order LRP", "walks (all)", "subgraph leave-one-out", f"top-{TOP_K} walks",
+          "greedy subgraph search", "other explainers", "model-side reference")
+LRP_GROUPS = GROUPS[:5]   # computed with the relevance pass
+WALK_GROUPS = GROUPS[1:5]  # higher order: walks and subgraphs
 COST_ROWS = ("lrp.explain (first order)", "lrp.walks(top_k=None)", f"lrp.walks(top_k={COST_TOP_K})",
              "lrp.subgraph_relevance, 1 set", "lrp.subgraph_relevance, n sets (batch)",
              "naive GNN-LRP (1 backward per walk)")
@@ -162,6 +173,26 @@ def walk_mass(w: lrp.Walks) -> torch.Tensor:
     return (seen * w.relevance.abs()[:, None]).sum(0)
 
 
+def greedy_order(model, inst, rules) -> torch.Tensor:
+    """sGNN-LRP's greedy subgraph growth: per node, ``n - step`` where
+    ``step`` is when it joined the set (the first node added scores ``n``).
+    Each step adds the candidate ``v`` with the largest
+    :math:`S(C \cup \{v\})`, all candidates in one batched call."""
+    n = inst.x.shape[0]
+    chosen = torch.zeros(n, dtype=torch.bool)
+    score = torch.zeros(n)
+    for step in range(n):
+        candidates = (~chosen).nonzero().view(-1)
+        sets = chosen.expand(candidates.numel(), n).clone()
+        sets[torch.arange(candidates.numel()), candidates] = True
+        values = lrp.subgraph_relevance(model, inst.x, inst.edge_index, sets, inst.index, rules=rules,
+                                        target=inst.target, **inst.kwargs)
+        best = candidates[int(values.argmax())]
+        chosen[best] = True
+        score[best] = n - step
+    return score
+
+
 def occlusion(model, inst) -> torch.Tensor:
     """Per node ``v``: explained logit of the graph minus that of the graph
     without ``v`` and its edges (all ``n`` graphs in one batch)."""
@@ -208,7 +239,7 @@ def timed(fn):
 
 def run_seed(seed: int, task, args, checks: dict, log) -> dict:
     t0 = time.perf_counter()
-    trained = train(task, "GIN", seed=seed, quick=args.quick)
+    trained = train(task, "GIN", seed=seed, quick=args.quick, pool=args.readout)
     model = trained.model
     log(f"seed {seed}: train acc {trained.train_acc:.3f}, test acc {trained.test_acc:.3f} ({trained.seconds:.1f} s)")
     instances = make_instances(trained, args.instances, seed=args.data_seed)
@@ -260,6 +291,8 @@ def run_seed(seed: int, task, args, checks: dict, log) -> dict:
             add("subgraph leave-one-out", f"{name} S(V) - S(V∖{{v}}) (abs)", loo.abs(), inst)
             add(f"top-{TOP_K} walks", f"{name} node_mask() (signed)", top.node_mask(), inst)
             add(f"top-{TOP_K} walks", f"{name} node_mask() (abs)", top.node_mask().abs(), inst)
+            add("greedy subgraph search", f"{name} order of S(C ∪ {{v}}) growth", greedy_order(model, inst, rules),
+                inst)
             if name != "default":
                 continue
             # cost, default rules: the calls above are the timed walks(top_k=None) and the batch of n sets
@@ -336,11 +369,9 @@ def render(runs: list, args, argv, runtime: float, done: bool, checks: dict, loa
         k = max(cands, key=cands.get)
         return k, cands[k]
 
-    lrp_groups = GROUPS[:4]
-    walk_groups = GROUPS[1:4]
     b_all = best(lambda k: True)
-    b_lrp = best(lambda k: k[0] in lrp_groups)
-    b_walk = best(lambda k: k[0] in walk_groups)
+    b_lrp = best(lambda k: k[0] in LRP_GROUPS)
+    b_walk = best(lambda k: k[0] in WALK_GROUPS)
     b_first = best(lambda k: k[0] == "first-order LRP")
     b_other = best(lambda k: k[0] == "other explainers")
     b_occ = best(lambda k: k[0] == "model-side reference")
@@ -364,7 +395,8 @@ def render(runs: list, args, argv, runtime: float, done: bool, checks: dict, loa
         f"{load[1]:.1f} at the end): compare the timings below as ratios within this run only",
         f"- runtime: {runtime / 60:.1f} min{'' if done else ' so far (PARTIAL)'}",
         "",
-        "The project's GIN (`common.py`: 3 GINConv layers, hidden 64, mean pooling, linear head) trained on the "
+        f"The project's GIN (`common.py`: 3 GINConv layers, hidden 64, {READOUTS[args.readout]}, linear head) "
+        "trained on the "
         "BA-2Motifs graphs of `common.py`, explained for its predicted class; ground truth: the motif's 5 of 25 "
         "nodes. Method and metrics: the docstring of `benchmarks/walks.py`. Cells `m ± s`: mean over training "
         "seeds of the per-seed mean node AUROC, ± the standard deviation over seeds; the other columns pool "
@@ -386,7 +418,7 @@ def render(runs: list, args, argv, runtime: float, done: bool, checks: dict, loa
         "",
         auroc_table,
     ]
-    lines += why(runs, per_seed, pooled, mean, right, label, b_walk, b_other, b_occ, b_all)
+    lines += why(runs, args, per_seed, pooled, mean, right, label, b_walk, b_other, b_occ, b_all)
     lines += cost_section(runs, checks)
     acc_rows = [[str(r["seed"]), fmt(r["train_acc"]), fmt(r["test_acc"]),
                  f"{sum(r['info']['right'])}/{r['n']}"] for r in runs]
@@ -395,7 +427,7 @@ def render(runs: list, args, argv, runtime: float, done: bool, checks: dict, loa
     return "\n".join(lines) + "\n"
 
 
-def why(runs, per_seed, pooled, mean, right, label, b_walk, b_other, b_occ, b_all) -> list:
+def why(runs, args, per_seed, pooled, mean, right, label, b_walk, b_other, b_occ, b_all) -> list:
     key_s, key_a = ("walks (all)", "default node_mask() (signed)"), ("walks (all)", "default node_mask() (abs)")
     key_m = ("walks (all)", "default abs walk mass through node")
     key_o = ("model-side reference", "occlusion: logit drop without v (abs)")
@@ -443,7 +475,7 @@ def why(runs, per_seed, pooled, mean, right, label, b_walk, b_other, b_occ, b_al
                 f"the same way on {len(agree)} of {len(pairs)} seeds ("
                 + ", ".join(f"seed {p[0]['seed']}: {p[0]['occ']:.3f} / {p[1]['occ']:.3f}" for p in pairs) + ").")
         if found:
-            text += (" Mean pooling adds every node's output to the logit and the base tree looks alike in both "
+            text += (f" {READOUTS[args.readout].capitalize()} adds every node's output to the logit and the base tree looks alike in both "
                      "classes, so a model can learn to detect one motif and to predict the other class when that "
                      "evidence is missing; for graphs of the second kind much of the logit comes from the base "
                      "tree and the biases, and no node ranking recovers the motif cleanly. Which motif is found "
@@ -540,8 +572,12 @@ def main(argv=None) -> None:
     parser.add_argument("--naive", type=int, default=None,
                         help="graphs per seed on which the naive per-walk reference runs (default: all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "walks.md")
+    parser.add_argument("--readout", choices=sorted(READOUTS), default="mean",
+                        help="graph readout of the GIN: mean (the project's model) or add (sGNN-LRP's sum readout)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: results/walks.md (mean readout), results/walks_sum.md (add)")
     args = parser.parse_args(argv)
+    args.out = args.out or RESULTS / ("walks.md" if args.readout == "mean" else "walks_sum.md")
     argv = sys.argv[1:] if argv is None else argv
     args.seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
     args.instances = args.instances or (5 if args.quick else 40)
