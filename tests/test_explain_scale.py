@@ -154,3 +154,98 @@ def test_bad_arguments_are_named():
         lrp.explain_nodes(model, x, edge_index, TARGETS, distributed="yes")
     with pytest.raises(ValueError, match="distributed: True needs an initialised default process group"):
         lrp.explain_nodes(model, x, edge_index, TARGETS, distributed=True)
+
+
+# ---------------------------------------------------------------------------
+# strategy: disjoint copies against one forward on the union
+# ---------------------------------------------------------------------------
+
+def assert_same_parts(a, b):
+    """Two lists of explanations with the same subgraphs and, in float64,
+    the same relevance (summation order may differ)."""
+    assert len(a) == len(b)
+    for ea, eb in zip(a, b):
+        assert torch.equal(ea.node_index, eb.node_index) and torch.equal(ea.edge_id, eb.edge_id)
+        assert ea.index == eb.index and torch.equal(ea.target, eb.target)
+        for key in ("node_mask", "edge_mask", "self_loop_relevance", "edge_attr_mask"):
+            if key in ea or key in eb:
+                torch.testing.assert_close(ea[key], eb[key], rtol=0, atol=1e-12)
+        assert ea.score == pytest.approx(eb.score, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", NODE_MODELS)
+def test_shared_forward_equals_copies_and_one_by_one(name):
+    model = build(name).double()
+    x, edge_index = DATA["x"].double(), DATA["edge_index"]
+    copies = lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=4, strategy="copies")
+    shared = lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=4, strategy="shared")
+    one = [lrp.explain_nodes(model, x, edge_index, TARGETS[k:k + 1], batch_size=1)[0]
+           for k in range(TARGETS.numel())]
+    assert_same_parts(shared, copies)
+    assert_same_parts(shared, one)
+    # each target had a backward of its own: its accounting is measured, as one by one
+    for s, o in zip(shared, one):
+        assert "absorbed" in s and s.absorbed == pytest.approx(o.absorbed, rel=1e-9, abs=1e-12)
+    # the overlap is real: the union of a batch is smaller than its copies
+    graph = subgraph.Incidence(edge_index, N)
+    union = subgraph.cut(TARGETS[:4], 3, edge_index, N, incidence=graph)
+    copies_cut, _, _ = subgraph.cut_each(TARGETS[:4], 3, edge_index, N, incidence=graph)
+    assert union.num_nodes < copies_cut.num_nodes
+
+
+def test_shared_forward_with_edge_attr_a_mask_and_sparse_output():
+    torch.manual_seed(0)
+    model = GINE(C).double().eval()
+    x, edge_index, edge_attr = edge_attr_data()
+    x, edge_attr = x.double(), edge_attr.double()
+    chosen = torch.zeros(x.shape[0], dtype=torch.bool)
+    chosen[[3, 4, 20]] = True
+    copies = lrp.explain_nodes(model, x, edge_index, chosen, edge_attr=edge_attr, strategy="copies")
+    shared = lrp.explain_nodes(model, x, edge_index, chosen, edge_attr=edge_attr, strategy="shared")
+    assert_same_parts(shared, copies)
+    assert shared[0].edge_attr_mask.abs().sum() > 0
+    model, x, edge_attr = model.float(), x.float(), edge_attr.float()
+    listed = lrp.explain_nodes(model, x, edge_index, chosen, edge_attr=edge_attr, strategy="shared")
+    dense = lrp.explain_nodes(model, x, edge_index, chosen, edge_attr=edge_attr, strategy="shared", output="sparse")
+    assert_sparse_equals_list(dense, listed, chosen.nonzero().view(-1), x.shape[0], edge_index.shape[1])
+
+
+def test_shared_forward_falls_back_like_the_copies():
+    torch.manual_seed(0)
+    model = Normalized(C).eval()
+    x, edge_index = sparse_graph()
+    targets = torch.tensor([4, 30])
+    with pytest.warns(lrp.explainers.SubgraphWarning):
+        copies = lrp.explain_nodes(model, x, edge_index, targets, strategy="copies")
+    with pytest.warns(lrp.explainers.SubgraphWarning):
+        shared = lrp.explain_nodes(model, x, edge_index, targets, strategy="shared")
+    assert shared[0].node_index.numel() == x.shape[0]  # explained on the full graph
+    assert_same_parts(shared, copies)
+
+
+def test_auto_strategy_follows_the_sizes(monkeypatch):
+    chosen = []
+    way = api._Choice.way
+    monkeypatch.setattr(api._Choice, "way", lambda self, *a: chosen.append(way(self, *a)) or chosen[-1])
+    model = build("gcn")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    # every node of this small graph: the subgraphs overlap and the union is the cheaper
+    monkeypatch.setattr(api, "BACKWARD_OVERHEAD", 0)
+    lrp.explain_nodes(model, x, edge_index, batch_size=8)
+    assert set(chosen) == {"shared"}
+    # a fixed cost per backward larger than the graph: the copies
+    chosen.clear()
+    monkeypatch.setattr(api, "BACKWARD_OVERHEAD", 10 ** 6)
+    lrp.explain_nodes(model, x, edge_index, batch_size=8)
+    assert set(chosen) == {"copies"}
+    # one target per batch: always the copies (its subgraph is the union)
+    chosen.clear()
+    monkeypatch.setattr(api, "BACKWARD_OVERHEAD", 0)
+    lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=1)
+    assert set(chosen) == {"copies"}
+
+
+def test_strategy_is_checked():
+    model = build("gcn")
+    with pytest.raises(ValueError, match="strategy"):
+        lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, strategy="union")

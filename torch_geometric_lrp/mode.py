@@ -969,10 +969,12 @@ class RelevanceMode(TorchFunctionMode):
                 return out
         return None
 
-    def backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]]) -> list[Optional[Tensor]]:
+    def backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]],
+                 retain_graph: bool = False) -> list[Optional[Tensor]]:
         """Seed ``out`` with relevance ``seed`` and return the relevance of each
         of ``inputs`` (zeros for an input that received none; ``None`` stays
-        ``None``). Works inside and after the pass, and under ``no_grad``."""
+        ``None``). Works inside and after the pass, and under ``no_grad``;
+        ``retain_graph=True`` keeps the forward for another seed."""
         wanted = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
         grads: Sequence = ()
         if out.requires_grad:
@@ -981,7 +983,8 @@ class RelevanceMode(TorchFunctionMode):
             guard = not all(bool(torch.isfinite(t).all()) for t in (out.detach(), *wanted))
             with torch.enable_grad(), nonfinite_guard(guard):
                 extra = [maps.anchor(out.device)]
-                grads = torch.autograd.grad(out, wanted + extra, seed, allow_unused=True)[:len(wanted)]
+                grads = torch.autograd.grad(out, wanted + extra, seed, allow_unused=True,
+                                            retain_graph=retain_graph)[:len(wanted)]
         found = {id(t): g for t, g in zip(wanted, grads)}
         if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
             if not self._track_nonfinite:

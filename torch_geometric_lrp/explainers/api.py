@@ -14,8 +14,9 @@ from tqdm.auto import tqdm
 
 from ..rules import Rule
 from . import distributed as shard
-from .core import Settings, _materialize, explain_rows, input_total, explanation_of, on_cut, on_graph
-from .subgraph import Cut, Incidence, count_hops, cut_each, message_flow, split
+from .core import (Relevance, Settings, _materialize, explain_rows, fall_back, input_total, explanation_of, on_cut,
+                   on_graph)
+from .subgraph import Cut, Incidence, count_hops, cut, cut_each, message_flow, reaches_ring, split
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
 
@@ -200,6 +201,14 @@ class NodeRelevance:
 
 
 OUTPUTS = ("list", "sparse")
+STRATEGIES = ("auto", "copies", "shared")
+#: For ``strategy='auto'``, measured with ``benchmarks/explain_shared.py``
+#: (3-layer GCN, 2 CPU cores): a node or edge of the disjoint copies costs
+#: about 6x (3-8x) what it costs in one backward over the union, and a
+#: backward pass has a fixed cost (hooks, Python) of about as much as 2000
+#: nodes and edges.
+COPIES_WEIGHT = 6
+BACKWARD_OVERHEAD = 2000
 
 
 def explain_nodes(
@@ -218,6 +227,7 @@ def explain_nodes(
     progress: Optional[bool] = None,
     output: str = "list",
     distributed: Optional[bool] = None,
+    strategy: str = "auto",
     **kwargs,
 ) -> Union[list[Explanation], NodeRelevance]:
     """One explanation per target node, many targets per relevance pass.
@@ -225,7 +235,10 @@ def explain_nodes(
     Each target gets its own copy of its computation subgraph (see
     :mod:`torch_geometric_lrp.explainers.subgraph`); ``batch_size`` disjoint
     copies run in one forward and backward pass, and each copy's relevance
-    belongs to its target alone. A batch whose subgraphs do not prove
+    belongs to its target alone. Where the subgraphs of a batch overlap,
+    one forward on their union followed by one backward per target (the
+    forward retained) costs less: ``strategy`` picks between the two, and
+    both give each target the relevance of its own subgraph. A batch whose subgraphs do not prove
     themselves (the model reads the graph as a whole, or further than
     ``num_hops``) is explained target by target on the full graph instead,
     with a :class:`~torch_geometric_lrp.explainers.SubgraphWarning`.
@@ -263,6 +276,15 @@ def explain_nodes(
         results of all targets, as one process would (see
         :mod:`torch_geometric_lrp.explainers.distributed`). Default: when a
         group of more than one process is initialised; ``False`` ignores it.
+    strategy : str
+        ``'copies'``: disjoint copies of the subgraphs, one forward and one
+        backward per batch. ``'shared'``: one forward on the union of the
+        batch's subgraphs, then one backward per target. ``'auto'``
+        (default): per batch, the cheaper by the sizes of its subgraphs
+        (copies cost about :math:`6 \\sum_k |G_k|`, shared about
+        :math:`(K + 1) |\\bigcup_k G_k|` for :math:`K` targets, counting
+        nodes and edges, plus a fixed cost per backward). Both give the same
+        relevance up to float rounding.
     **kwargs
         Further model inputs: tensors whose first dimension is the number of
         nodes, or (for names starting with ``edge``) of edges, are cut with
@@ -297,6 +319,8 @@ def explain_nodes(
     check_rules(rules)
     if output not in OUTPUTS:
         raise ValueError(f"output: must be one of {list(OUTPUTS)}, got {output!r}.")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy: must be one of {list(STRATEGIES)}, got {strategy!r}.")
     if num_hops is not None and (isinstance(num_hops, bool) or not isinstance(num_hops, int) or num_hops < 0):
         raise ValueError(f"num_hops: expected an int >= 0, got {num_hops!r}.")
     unknown = [k for k, v in kwargs.items() if isinstance(v, Tensor) and v.dim() > 0
@@ -319,7 +343,7 @@ def explain_nodes(
     def run() -> Union[list[Explanation], NodeRelevance]:
         parts = _parts(model, x, edge_index, kwargs, index[mine], target[mine] if per_target else target,
                        per_target, count_hops(model) if num_hops is None else num_hops, message_flow(model),
-                       settings, batch_size, progress if rank == 0 else False)
+                       settings, batch_size, progress if rank == 0 else False, strategy)
         if output == "list":
             return [_explanation(part, x, edge_index, mask) for part in parts]
         return _sparse(parts, index[mine], n, e, mask)
@@ -351,36 +375,127 @@ class _Part:
 
 def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, target: Optional[Tensor],
            per_target: bool, hops: int, flow: str, settings: Settings, batch_size: int,
-           progress: Optional[bool]) -> Iterator[_Part]:
+           progress: Optional[bool], strategy: str = "auto") -> Iterator[_Part]:
     """The relevance of each target of ``index``, in order, batch by batch."""
     n = x.shape[0]
     graph = Incidence(edge_index, n)  # the one pass over the edge list
     starts = range(0, index.numel(), batch_size)
     show = progress if progress is not None else (None if len(starts) > 1 else False)
+    choice = _Choice(strategy)
     for start in tqdm(starts, desc="LRP", unit="batch", disable=None if show is None else not show):
         chunk = index[start:start + batch_size]
         chunk_target = target[start:start + batch_size] if per_target else target
-        union, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph)
-        result = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings)
-        if result is not None and settings.mode is None:
-            settings.mode = result.mode  # read off the first batch: the same for all
-        for k, (t, c) in enumerate(zip(chunk.tolist(), split(union, node_starts, edge_starts))):
-            if result is None:  # no proof: this target on the full graph
+        copies, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph)
+        own = split(copies, node_starts, edge_starts)
+        shared: list[Cut] = []
+
+        def union() -> Cut:  # the targets' subgraphs together, each node and edge once
+            if not shared:
+                shared.append(cut(chunk, hops, edge_index, n, flow, incidence=graph))
+            return shared[0]
+
+        way = choice.way(copies, union, chunk.numel())
+        if way == "shared":
+            parts = _on_union(model, x, edge_index, kwargs, union(), own, chunk, chunk_target, settings)
+        else:
+            parts = _on_copies(model, x, edge_index, kwargs, copies, own, node_starts, edge_starts, chunk,
+                               chunk_target, settings)
+        for k, t in enumerate(chunk.tolist()):
+            if parts is None:  # no proof: this target on the full graph
                 one = on_graph(model, x, edge_index, kwargs, chunk[k:k + 1],
                                chunk_target if not per_target else chunk_target[k:k + 1], settings)
                 yield _Part(t, None, one.node, one.edge, one.self_loops, one.edge_attr, one.score,
                             (one.absorbed, one.lost), one.target[0], one.embedding)
                 continue
-            rows = slice(node_starts[k], node_starts[k] + c.num_nodes)
-            cols = slice(edge_starts[k], edge_starts[k] + c.edge_id.numel())
-            seed = result.seed.reshape(result.seed.shape[0], -1)[rows].sum(dtype=torch.float64).item()
-            yield _Part(t, c, result.node[rows], _rows(result.edge, cols), _rows(result.self_loops, rows),
-                        _rows(result.edge_attr, cols), seed,
-                        (result.absorbed, result.lost) if chunk.numel() == 1 else None, result.target[k],
-                        _rows(result.embedding, rows))
+            yield parts[k]
 
 
-def _rows(values: Optional[Tensor], where: slice) -> Optional[Tensor]:
+class _Choice:
+    """How each batch runs (``explain_nodes``' ``strategy``): ``'copies'``
+    or ``'shared'``; for ``'auto'``, the cheaper by the batch's measured
+    sizes. Disjoint copies cost :math:`w \\sum_k |G_k|` (a relevance forward
+    and backward of every target's subgraph, :data:`COPIES_WEIGHT` = w), the
+    union :math:`(K + 1) |U|` (one forward, then one backward per target from
+    a one-hot seed), each backward also a fixed :data:`BACKWARD_OVERHEAD`;
+    sizes count nodes and edges. The choice depends on the graph only, never
+    on timings, so a call gives the same numbers every time."""
+
+    def __init__(self, strategy: str):
+        self.strategy = strategy
+
+    def way(self, copies: Cut, union, num_targets: int) -> str:
+        if self.strategy != "auto":
+            return self.strategy
+        if num_targets == 1:
+            return "copies"  # one target: its subgraph is the union
+        u = union()
+        copies_cost = COPIES_WEIGHT * (copies.num_nodes + copies.edge_id.numel()) + BACKWARD_OVERHEAD
+        shared_cost = (num_targets + 1) * (u.num_nodes + u.edge_id.numel()) + num_targets * BACKWARD_OVERHEAD
+        return "shared" if shared_cost < copies_cost else "copies"
+
+
+def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, own: list[Cut],
+               node_starts: list[int], edge_starts: list[int], chunk: Tensor, chunk_target: Optional[Tensor],
+               settings: Settings) -> Optional[list[_Part]]:
+    """The batch as disjoint copies, one forward and one backward; ``None``
+    where the copies do not prove themselves."""
+    result = on_cut(model, x, edge_index, kwargs, copies, chunk, chunk_target, settings)
+    if result is None:
+        return None
+    if settings.mode is None:
+        settings.mode = result.mode  # read off the first batch: the same for all
+    parts = []
+    for k, (t, c) in enumerate(zip(chunk.tolist(), own)):
+        rows = slice(node_starts[k], node_starts[k] + c.num_nodes)
+        cols = slice(edge_starts[k], edge_starts[k] + c.edge_id.numel())
+        seed = result.seed.reshape(result.seed.shape[0], -1)[rows].sum(dtype=torch.float64).item()
+        parts.append(_Part(t, c, result.node[rows], _rows(result.edge, cols), _rows(result.self_loops, rows),
+                           _rows(result.edge_attr, cols), seed,
+                           (result.absorbed, result.lost) if chunk.numel() == 1 else None, result.target[k],
+                           _rows(result.embedding, rows)))
+    return parts
+
+
+def _on_union(model, x: Tensor, edge_index: Tensor, kwargs: dict, union: Cut, own: list[Cut], chunk: Tensor,
+              chunk_target: Optional[Tensor], settings: Settings) -> Optional[list[_Part]]:
+    """The batch on the union of its subgraphs: one forward, one backward per
+    target. Each target's relevance is taken on its own subgraph, and must
+    not reach beyond it nor its ring (the proof the copies give); ``None``
+    where that fails."""
+    results = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings, each=True)
+    if results is None:
+        return None
+    if settings.mode is None:
+        settings.mode = results[0].mode
+    parts = []
+    for t, c, r in zip(chunk.tolist(), own, results):
+        nodes = torch.searchsorted(union.nodes, c.nodes)     # both ascending: a cut's nodes and edges are sorted
+        edges = torch.searchsorted(union.edge_id, c.edge_id)
+        part = _Part(t, c, r.node[nodes], _rows(r.edge, edges), _rows(r.self_loops, nodes),
+                     _rows(r.edge_attr, edges), r.score, (r.absorbed, r.lost), r.target[0],
+                     _rows(r.embedding, nodes))
+        if _outside(r, nodes, edges) or reaches_ring(c, part.relevance, part.edge, part.edge_attr, part.self_loops):
+            fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
+                             "applied more often than it appears, or a pooling fed back to the nodes)")
+            return None
+        parts.append(part)
+    return parts
+
+
+def _outside(r: Relevance, nodes: Tensor, edges: Tensor) -> bool:
+    """Whether relevance of ``r`` lies on nodes or edges other than
+    ``nodes`` / ``edges`` (positions in the union)."""
+    def beyond(values: Optional[Tensor], keep: Tensor) -> bool:
+        if values is None:
+            return False
+        rest = torch.ones(values.shape[0], dtype=torch.bool, device=values.device)
+        rest[keep] = False
+        return bool(values[rest].any())
+    return beyond(r.node, nodes) or beyond(r.self_loops, nodes) or beyond(r.edge, edges) \
+        or beyond(r.edge_attr, edges)
+
+
+def _rows(values: Optional[Tensor], where: Union[slice, Tensor]) -> Optional[Tensor]:
     return None if values is None else values[where]
 
 

@@ -220,20 +220,23 @@ class Pass:
             f"F.embedding) on x, or on a column x[:, c] of it, before using it. Pass x.float() for numeric "
             f"features, or look the categories up in the model's forward.")
 
-    def relevance(self, seed: Tensor) -> tuple[Tensor, Optional[Tensor], float, float]:
+    def relevance(self, seed: Tensor, retain: bool = False) -> tuple[Tensor, Optional[Tensor], float, float]:
         """Relevance of ``x`` and ``edge_attr`` for ``seed`` on the output,
-        and what was lost and absorbed on the way."""
+        and what was lost and absorbed on the way. ``retain=True`` keeps the
+        forward for another seed; each call's edge relevance is its own."""
         lookups = self.mode.lookups
+        if self._edges is not None:
+            self._edges.reset()
         if isinstance(self.x, dict):  # heterogeneous: per node type and per edge type
             attr = self.edge_attr or {}
             with RelevanceAudit() as audit:
-                found = self.mode.backward(self.out, seed, [*self.x.values(), *attr.values()])
+                found = self.mode.backward(self.out, seed, [*self.x.values(), *attr.values()], retain)
             node = dict(zip(self.x, found[:len(self.x)]))
             edge_attr = dict(zip(attr, found[len(self.x):])) if attr else None
             return node, edge_attr, audit.lost, audit.absorbed
         with RelevanceAudit() as audit:
             node, edge_attr, *found = self.mode.backward(
-                self.out, seed, [self.x, self.edge_attr, *(out for _, _, out in lookups)])
+                self.out, seed, [self.x, self.edge_attr, *(out for _, _, out in lookups)], retain)
         if lookups:
             node, self.embedding = _categorical(self.x, "x", lookups, found)
             if any(name == "edge_attr" for name, _, _ in lookups):  # an integer edge_attr, looked up
@@ -386,11 +389,17 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
 
 
 def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
-           target: Optional[Tensor], settings: Settings) -> Optional[Relevance]:
+           target: Optional[Tensor], settings: Settings, each: bool = False
+           ) -> Union[None, Relevance, list[Relevance]]:
     """The pass on the cut ``c`` (whose targets ``c.index`` are the input's
     nodes ``rows``), with relevance on the cut's nodes and edges; ``None``
     where the model is not node-level, or (with a :class:`SubgraphWarning`)
-    where the cut does not prove itself."""
+    where the cut does not prove itself.
+
+    ``each=True``: one forward, then one backward per row (the forward
+    retained in between), so each row's relevance is its own; a list with one
+    :class:`Relevance` per row, each with its own ``lost`` and ``absorbed``.
+    The ring check is then the caller's, on each row's own cut."""
     n, e = x.shape[0], edge_index.shape[1]
     # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
     # output itself (a proof that the cut gives the targets' outputs); above,
@@ -441,6 +450,9 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
                               "the graph as a whole (a statistic over all nodes, node positions or the number "
                               "of nodes)")
             return None
+        if each:
+            return [_row_relevance(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level, mode,
+                                   return_type, retain=k + 1 < rows.numel()) for k in range(rows.numel())]
         node, edge_attr, lost, absorbed = p.relevance(seed)
         edge, self_loops, embedding = p.edge, p.self_loops, p.embedding
     if reaches_ring(c, node, edge, edge_attr, self_loops):
@@ -450,6 +462,16 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     return Relevance(output=out.detach()[c.index], seed=seed, target=target, node=node, edge=edge,
                      self_loops=self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
                      task_level=level, mode=mode, return_type=return_type, embedding=embedding)
+
+
+def _row_relevance(p: Pass, out: Tensor, place: Tensor, row: Tensor, n: int, target: Tensor, level, mode,
+                   return_type, retain: bool) -> Relevance:
+    """One row's backward over the forward of ``p``."""
+    seed, target = seed_of(p.logits, place, row, n, target, mode)
+    node, edge_attr, lost, absorbed = p.relevance(seed, retain=retain)
+    return Relevance(output=out.detach()[place], seed=seed, target=target, node=node, edge=p.edge,
+                     self_loops=p.self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
+                     task_level=level, mode=mode, return_type=return_type, embedding=p.embedding)
 
 
 def _node_mask(relevance: Tensor, mask_type: Optional[MaskType]) -> Optional[Tensor]:

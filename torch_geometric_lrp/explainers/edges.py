@@ -115,6 +115,14 @@ class EdgeRelevance:
         self._current: dict[int, Optional[Tensor]] = {}
         self._last: Optional[tuple[Tensor, list]] = None
 
+    def reset(self) -> None:
+        """Start from zero for another backward over the same forward (new
+        tensors: what :attr:`edge` and :attr:`self_loops` returned before
+        keeps its values)."""
+        self._edge = {key: torch.zeros_like(v) for key, v in self._edge.items()}
+        self._loops = {key: torch.zeros_like(v) for key, v in self._loops.items()}
+        self._unmatched = torch.zeros_like(self._unmatched)
+
     @property
     def edge(self) -> Union[Tensor, dict]:
         return self._edge if self.hetero else self._edge[None]

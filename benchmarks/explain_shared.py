@@ -1,0 +1,130 @@
+"""``explain_nodes``: disjoint copies against one shared forward, and a loop.
+
+Random graphs (``E = 10 N``, 32 features) and a 3-layer GCN (hidden 64).
+For ``--targets`` random nodes, in one process and one run:
+
+* ``loop``: one ``Explainer(model, algorithm=lrp.LRP())`` call per target
+  (``explanation_type='model'``), timed on ``--loop`` targets and scaled;
+* ``copies``: ``lrp.explain_nodes(..., strategy='copies')``, the targets'
+  subgraphs as disjoint copies, one forward and backward per batch;
+* ``shared``: ``strategy='shared'``, one forward on the union of a batch's
+  subgraphs and one backward per target;
+* ``auto``: the default, which picks one of the two per batch from the
+  sizes of the subgraphs (see ``explain_nodes``).
+
+Also per size: the mean size of a target's own subgraph and of a batch's
+union (nodes + edges), which ``auto`` compares, and the largest difference
+between the ``copies`` and ``shared`` node relevance (the same numbers up
+to rounding). Run: ``python benchmarks/explain_shared.py`` (a few minutes on
+2 CPU cores); writes ``benchmarks/results/explain_shared.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch_geometric
+from torch_geometric.explain import Explainer
+from torch_geometric.nn import GCN
+
+import torch_geometric_lrp as lrp
+from torch_geometric_lrp.explainers.subgraph import Incidence, count_hops, cut, cut_each
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def seconds(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def sizes(targets, edge_index, n, batch_size, hops) -> tuple[float, float]:
+    """Mean nodes + edges of a target's own subgraph, and of a batch's union."""
+    graph = Incidence(edge_index, n)
+    own, union = [], []
+    for start in range(0, targets.numel(), batch_size):
+        chunk = targets[start:start + batch_size]
+        copies, _, _ = cut_each(chunk, hops, edge_index, n, incidence=graph)
+        own.append((copies.num_nodes + copies.edge_id.numel()) / chunk.numel())
+        u = cut(chunk, hops, edge_index, n, incidence=graph)
+        union.append(u.num_nodes + u.edge_id.numel())
+    return sum(own) / len(own), sum(union) / len(union)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--targets", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--loop", type=int, default=8, help="targets timed in the loop (then scaled)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS / "explain_shared.md")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    started = time.perf_counter()
+    rows = []
+    for n in args.sizes:
+        torch.manual_seed(0)
+        x = torch.randn(n, 32)
+        edge_index = torch.randint(0, n, (2, 10 * n))
+        model = GCN(32, 64, num_layers=3, out_channels=8).eval()
+        targets = torch.randperm(n)[:args.targets]
+        explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type="attributes",
+                              edge_mask_type="object",
+                              model_config=dict(mode="multiclass_classification", task_level="node",
+                                                return_type="raw"))
+        explainer(x, edge_index, index=int(targets[0]))  # warm-up
+        lrp.explain_nodes(model, x, edge_index, targets[:2], batch_size=2)
+        loop = seconds(lambda: [explainer(x, edge_index, index=int(t)) for t in targets[:args.loop]])
+        loop *= targets.numel() / args.loop
+        times, results = {}, {}
+        for way in ("copies", "shared", "auto"):
+            times[way] = seconds(lambda: results.__setitem__(way, lrp.explain_nodes(
+                model, x, edge_index, targets, batch_size=args.batch_size, strategy=way)))
+        diff = max(float((a.node_mask - b.node_mask).abs().max()) for a, b in zip(results["copies"],
+                                                                                  results["shared"]))
+        own, union = sizes(targets, edge_index, n, args.batch_size, count_hops(model))
+        best = min(times["copies"], times["shared"])
+        rows.append([f"{n:,} / {10 * n:,}", f"{own:,.0f}", f"{union:,.0f}", f"{1000 * loop / targets.numel():.1f}",
+                     f"{1000 * times['copies'] / targets.numel():.1f}",
+                     f"{1000 * times['shared'] / targets.numel():.1f}",
+                     f"{1000 * times['auto'] / targets.numel():.1f}",
+                     f"{times['copies'] / times['shared']:.2f}x", f"{times['auto'] / best:.2f}x",
+                     f"{loop / times['auto']:.1f}x", f"{diff:.1e}"])
+        print(" | ".join(rows[-1]), flush=True)
+    header = ["nodes / edges", "own subgraph (nodes + edges)", "batch union", "loop ms/target",
+              "copies ms/target", "shared ms/target", "auto ms/target", "copies / shared", "auto / best",
+              "loop / auto", "max |copies - shared|"]
+    lines = [
+        "# explain_nodes: disjoint copies, shared forward, and a loop",
+        "",
+        f"- command: `python {' '.join(['benchmarks/explain_shared.py'] + (sys.argv[1:] if argv is None else argv))}`",
+        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, Python "
+        f"{platform.python_version()}, {os.cpu_count()} CPU cores, torch threads {args.threads}",
+        f"- {args.targets} random targets per graph, batch_size {args.batch_size}; the loop timed on {args.loop} "
+        f"targets and scaled; 3-layer GCN, hidden 64, 32 features; runtime {(time.perf_counter() - started) / 60:.1f} min",
+        "",
+        "What is measured: see the docstring of `benchmarks/explain_shared.py`. One timing per cell: compare "
+        "within a row.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
