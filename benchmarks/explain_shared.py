@@ -103,7 +103,7 @@ def main(argv=None) -> None:
         print(" | ".join(rows[-1]), flush=True)
     header = ["nodes / edges", "own subgraph (nodes + edges)", "batch union", "loop ms/target",
               "copies ms/target", "shared ms/target", "auto ms/target", "copies / shared", "auto / best",
-              "loop / auto", "max |copies - shared|"]
+              "loop / auto", "max abs(copies - shared)"]
     lines = [
         "# explain_nodes: disjoint copies, shared forward, and a loop",
         "",
