@@ -225,8 +225,8 @@ def test_shared_forward_falls_back_like_the_copies():
 
 def test_auto_strategy_follows_the_sizes(monkeypatch):
     chosen = []
-    way = api._Choice.way
-    monkeypatch.setattr(api._Choice, "way", lambda self, *a: chosen.append(way(self, *a)) or chosen[-1])
+    way = api._way
+    monkeypatch.setattr(api, "_way", lambda *a: chosen.append(way(*a)) or chosen[-1])
     model = build("gcn")
     x, edge_index = DATA["x"], DATA["edge_index"]
     # every node of this small graph: the subgraphs overlap and the union is the cheaper

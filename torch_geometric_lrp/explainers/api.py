@@ -381,22 +381,16 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
     graph = Incidence(edge_index, n)  # the one pass over the edge list
     starts = range(0, index.numel(), batch_size)
     show = progress if progress is not None else (None if len(starts) > 1 else False)
-    choice = _Choice(strategy)
     for start in tqdm(starts, desc="LRP", unit="batch", disable=None if show is None else not show):
         chunk = index[start:start + batch_size]
         chunk_target = target[start:start + batch_size] if per_target else target
         copies, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph)
         own = split(copies, node_starts, edge_starts)
-        shared: list[Cut] = []
-
-        def union() -> Cut:  # the targets' subgraphs together, each node and edge once
-            if not shared:
-                shared.append(cut(chunk, hops, edge_index, n, flow, incidence=graph))
-            return shared[0]
-
-        way = choice.way(copies, union, chunk.numel())
-        if way == "shared":
-            parts = _on_union(model, x, edge_index, kwargs, union(), own, chunk, chunk_target, settings)
+        # the targets' subgraphs together, each node and edge once (one target's is its own)
+        union = None if strategy == "copies" else own[0] if chunk.numel() == 1 else \
+            cut(chunk, hops, edge_index, n, flow, incidence=graph)
+        if _way(strategy, copies, union, chunk.numel()) == "shared":
+            parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, chunk_target, settings)
         else:
             parts = _on_copies(model, x, edge_index, kwargs, copies, own, node_starts, edge_starts, chunk,
                                chunk_target, settings)
@@ -410,28 +404,22 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
             yield parts[k]
 
 
-class _Choice:
-    """How each batch runs (``explain_nodes``' ``strategy``): ``'copies'``
-    or ``'shared'``; for ``'auto'``, the cheaper by the batch's measured
-    sizes. Disjoint copies cost :math:`w \\sum_k |G_k|` (a relevance forward
-    and backward of every target's subgraph, :data:`COPIES_WEIGHT` = w), the
+def _way(strategy: str, copies: Cut, union: Optional[Cut], num_targets: int) -> str:
+    """How a batch runs (``explain_nodes``' ``strategy``): ``'copies'`` or
+    ``'shared'``; for ``'auto'``, the cheaper by the batch's measured sizes.
+    Disjoint copies cost :math:`w \\sum_k |G_k|` (a relevance forward and
+    backward of every target's subgraph, :data:`COPIES_WEIGHT` = w), the
     union :math:`(K + 1) |U|` (one forward, then one backward per target from
     a one-hot seed), each backward also a fixed :data:`BACKWARD_OVERHEAD`;
     sizes count nodes and edges. The choice depends on the graph only, never
     on timings, so a call gives the same numbers every time."""
-
-    def __init__(self, strategy: str):
-        self.strategy = strategy
-
-    def way(self, copies: Cut, union, num_targets: int) -> str:
-        if self.strategy != "auto":
-            return self.strategy
-        if num_targets == 1:
-            return "copies"  # one target: its subgraph is the union
-        u = union()
-        copies_cost = COPIES_WEIGHT * (copies.num_nodes + copies.edge_id.numel()) + BACKWARD_OVERHEAD
-        shared_cost = (num_targets + 1) * (u.num_nodes + u.edge_id.numel()) + num_targets * BACKWARD_OVERHEAD
-        return "shared" if shared_cost < copies_cost else "copies"
+    if strategy != "auto":
+        return strategy
+    if num_targets == 1:
+        return "copies"  # one target: its subgraph is the union
+    copies_cost = COPIES_WEIGHT * (copies.num_nodes + copies.edge_id.numel()) + BACKWARD_OVERHEAD
+    shared_cost = (num_targets + 1) * (union.num_nodes + union.edge_id.numel()) + num_targets * BACKWARD_OVERHEAD
+    return "shared" if shared_cost < copies_cost else "copies"
 
 
 def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, own: list[Cut],

@@ -381,11 +381,7 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
             raise ValueError(f"index: row {int(rows.max())} is out of range for an output of "
                              f"{out.shape[0]} rows.")
         target = check_target(target, mode)
-        seed, target = seed_of(p.logits, rows, rows, out.shape[0], target, mode)
-        node, edge_attr, lost, absorbed = p.relevance(seed)
-        return Relevance(output=out.detach()[rows], seed=seed, target=target, node=node, edge=p.edge,
-                         self_loops=p.self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
-                         task_level=level, mode=mode, return_type=return_type, embedding=p.embedding)
+        return _relevance_at(p, out, rows, rows, out.shape[0], target, level, mode, return_type)
 
 
 def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
@@ -451,8 +447,8 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
                               "of nodes)")
             return None
         if each:
-            return [_row_relevance(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level, mode,
-                                   return_type, retain=k + 1 < rows.numel()) for k in range(rows.numel())]
+            return [_relevance_at(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level, mode,
+                                  return_type, retain=k + 1 < rows.numel()) for k in range(rows.numel())]
         node, edge_attr, lost, absorbed = p.relevance(seed)
         edge, self_loops, embedding = p.edge, p.self_loops, p.embedding
     if reaches_ring(c, node, edge, edge_attr, self_loops):
@@ -464,10 +460,11 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
                      task_level=level, mode=mode, return_type=return_type, embedding=embedding)
 
 
-def _row_relevance(p: Pass, out: Tensor, place: Tensor, row: Tensor, n: int, target: Tensor, level, mode,
-                   return_type, retain: bool) -> Relevance:
-    """One row's backward over the forward of ``p``."""
-    seed, target = seed_of(p.logits, place, row, n, target, mode)
+def _relevance_at(p: Pass, out: Tensor, place: Tensor, rows: Tensor, num_rows: int, target: Optional[Tensor],
+                  level, mode, return_type, retain: bool = False) -> Relevance:
+    """The backward over the forward of ``p`` for the explained ``rows``
+    (at the output's rows ``place``; see :func:`seed_of`)."""
+    seed, target = seed_of(p.logits, place, rows, num_rows, target, mode)
     node, edge_attr, lost, absorbed = p.relevance(seed, retain=retain)
     return Relevance(output=out.detach()[place], seed=seed, target=target, node=node, edge=p.edge,
                      self_loops=p.self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
