@@ -249,3 +249,34 @@ def test_strategy_is_checked():
     model = build("gcn")
     with pytest.raises(ValueError, match="strategy"):
         lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], TARGETS, strategy="union")
+
+
+def test_auto_runs_large_copies_in_passes_of_the_budget(monkeypatch):
+    """Under 'auto', a batch of copies larger than COPIES_BUDGET runs as
+    several passes (one per run of targets): the relevance is that of the
+    whole batch as copies, and a target alone in its pass has its accounting
+    measured, as one by one."""
+    passes = []
+    on_cut = api.on_cut
+    monkeypatch.setattr(api, "on_cut", lambda *a, **k: passes.append(a[4].index.numel()) or on_cut(*a, **k))
+    model = build("gcn").double()
+    x, edge_index = DATA["x"].double(), DATA["edge_index"]
+    graph = subgraph.Incidence(edge_index, N)
+    own = subgraph.split(*subgraph.cut_each(TARGETS, 3, edge_index, N, incidence=graph))
+    sizes = [c.num_nodes + c.edge_id.numel() for c in own]
+    # room for the first two targets' subgraphs together, and for any one alone
+    monkeypatch.setattr(api, "COPIES_BUDGET", max(sizes[0] + sizes[1], max(sizes)))
+    monkeypatch.setattr(api, "BACKWARD_OVERHEAD", 10 ** 6)  # the copies, not the union
+    runs = lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=TARGETS.numel())
+    assert passes[0] == 2 and len(passes) > 1 and sum(passes) == TARGETS.numel()
+    passes.clear()
+    whole = lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=TARGETS.numel(), strategy="copies")
+    assert passes == [TARGETS.numel()]  # an explicit strategy keeps one pass per batch
+    assert_same_parts(runs, whole)
+    one = [lrp.explain_nodes(model, x, edge_index, TARGETS[k:k + 1], batch_size=1)[0]
+           for k in range(TARGETS.numel())]
+    assert "absorbed" not in runs[0]  # shared a pass with target 1
+    alone = [k for k, ex in enumerate(runs) if "absorbed" in ex]
+    assert alone, "some target has a pass of its own"
+    for k in alone:
+        assert runs[k].absorbed == pytest.approx(one[k].absorbed, rel=1e-9, abs=1e-12)

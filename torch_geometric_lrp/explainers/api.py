@@ -16,7 +16,8 @@ from ..rules import Rule
 from . import distributed as shard
 from .core import (Relevance, Settings, _materialize, explain_rows, fall_back, input_total, explanation_of, on_cut,
                    on_graph)
-from .subgraph import Cut, Incidence, count_hops, cut, cut_each, message_flow, reaches_ring, split
+from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
+                       split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
 
@@ -209,6 +210,13 @@ STRATEGIES = ("auto", "copies", "shared")
 #: nodes and edges.
 COPIES_WEIGHT = 6
 BACKWARD_OVERHEAD = 2000
+#: For ``strategy='auto'``: the most nodes and edges one pass of disjoint
+#: copies holds. Past about this size (hidden width 64) the pass's tensors
+#: leave the CPU caches and each node and edge costs 2-3x more, so a batch
+#: of large subgraphs runs as several passes of this size
+#: (``benchmarks/explain_shared.py``: at 100k nodes one target per pass took
+#: 118 ms per target, 16 per pass 267 ms).
+COPIES_BUDGET = 100_000
 
 
 def explain_nodes(
@@ -283,8 +291,10 @@ def explain_nodes(
         (default): per batch, the cheaper by the sizes of its subgraphs
         (copies cost about :math:`6 \\sum_k |G_k|`, shared about
         :math:`(K + 1) |\\bigcup_k G_k|` for :math:`K` targets, counting
-        nodes and edges, plus a fixed cost per backward). Both give the same
-        relevance up to float rounding.
+        nodes and edges, plus a fixed cost per backward); copies then run
+        in passes of at most :data:`COPIES_BUDGET` nodes and edges (a large
+        subgraph alone), which keeps their tensors small enough to stay
+        fast. All give the same relevance up to float rounding.
     **kwargs
         Further model inputs: tensors whose first dimension is the number of
         nodes, or (for names starting with ``edge``) of edges, are cut with
@@ -389,35 +399,61 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
         # the targets' subgraphs together, each node and edge once (one target's is its own)
         union = None if strategy == "copies" else own[0] if chunk.numel() == 1 else \
             cut(chunk, hops, edge_index, n, flow, incidence=graph)
-        if _way(strategy, copies, union, chunk.numel()) == "shared":
-            parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, chunk_target, settings)
-        else:
-            parts = _on_copies(model, x, edge_index, kwargs, copies, own, node_starts, edge_starts, chunk,
-                               chunk_target, settings)
-        for k, t in enumerate(chunk.tolist()):
-            if parts is None:  # no proof: this target on the full graph
-                one = on_graph(model, x, edge_index, kwargs, chunk[k:k + 1],
-                               chunk_target if not per_target else chunk_target[k:k + 1], settings)
-                yield _Part(t, None, one.node, one.edge, one.self_loops, one.edge_attr, one.score,
-                            (one.absorbed, one.lost), one.target[0], one.embedding)
-                continue
-            yield parts[k]
+        runs = _runs(own, strategy)
+        way = _way(strategy, copies, union, chunk.numel(), len(runs))
+        if way == "shared":
+            runs = [(0, chunk.numel())]
+        for a, b in runs:
+            run_target = chunk_target[a:b] if per_target else chunk_target
+            if way == "shared":
+                parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, run_target, settings)
+            else:
+                # a run of the batch is the disjoint union of its targets' own cuts
+                run, run_nodes, run_edges = (copies, node_starts, edge_starts) if b - a == chunk.numel() else \
+                    disjoint_union(own[a:b])
+                parts = _on_copies(model, x, edge_index, kwargs, run, own[a:b], run_nodes, run_edges, chunk[a:b],
+                                   run_target, settings)
+            for k, t in enumerate(chunk[a:b].tolist()):
+                if parts is None:  # no proof: this target on the full graph
+                    one = on_graph(model, x, edge_index, kwargs, chunk[a + k:a + k + 1],
+                                   run_target if not per_target else run_target[k:k + 1], settings)
+                    yield _Part(t, None, one.node, one.edge, one.self_loops, one.edge_attr, one.score,
+                                (one.absorbed, one.lost), one.target[0], one.embedding)
+                    continue
+                yield parts[k]
 
 
-def _way(strategy: str, copies: Cut, union: Optional[Cut], num_targets: int) -> str:
+def _runs(own: list[Cut], strategy: str) -> list[tuple[int, int]]:
+    """The passes of a batch as disjoint copies: ``[(start, stop)]`` runs of
+    its targets. One run, except under ``'auto'``, where each run holds at
+    most :data:`COPIES_BUDGET` nodes and edges (and at least one target)."""
+    if strategy != "auto":
+        return [(0, len(own))]
+    runs, start, size = [], 0, 0
+    for k, c in enumerate(own):
+        grows = c.num_nodes + c.edge_id.numel()
+        if k > start and size + grows > COPIES_BUDGET:
+            runs.append((start, k))
+            start, size = k, 0
+        size += grows
+    return runs + [(start, len(own))]
+
+
+def _way(strategy: str, copies: Cut, union: Optional[Cut], num_targets: int, num_runs: int = 1) -> str:
     """How a batch runs (``explain_nodes``' ``strategy``): ``'copies'`` or
     ``'shared'``; for ``'auto'``, the cheaper by the batch's measured sizes.
     Disjoint copies cost :math:`w \\sum_k |G_k|` (a relevance forward and
-    backward of every target's subgraph, :data:`COPIES_WEIGHT` = w), the
-    union :math:`(K + 1) |U|` (one forward, then one backward per target from
-    a one-hot seed), each backward also a fixed :data:`BACKWARD_OVERHEAD`;
-    sizes count nodes and edges. The choice depends on the graph only, never
-    on timings, so a call gives the same numbers every time."""
+    backward of every target's subgraph, :data:`COPIES_WEIGHT` = w) in
+    ``num_runs`` passes, the union :math:`(K + 1) |U|` (one forward, then
+    one backward per target from a one-hot seed), each backward also a fixed
+    :data:`BACKWARD_OVERHEAD`; sizes count nodes and edges. The choice
+    depends on the graph only, never on timings, so a call gives the same
+    numbers every time."""
     if strategy != "auto":
         return strategy
     if num_targets == 1:
         return "copies"  # one target: its subgraph is the union
-    copies_cost = COPIES_WEIGHT * (copies.num_nodes + copies.edge_id.numel()) + BACKWARD_OVERHEAD
+    copies_cost = COPIES_WEIGHT * (copies.num_nodes + copies.edge_id.numel()) + num_runs * BACKWARD_OVERHEAD
     shared_cost = (num_targets + 1) * (union.num_nodes + union.edge_id.numel()) + num_targets * BACKWARD_OVERHEAD
     return "shared" if shared_cost < copies_cost else "copies"
 
