@@ -26,8 +26,8 @@ between the ``copies`` and ``shared`` node relevance (the same numbers up
 to rounding). Run: ``python benchmarks/explain_shared.py`` (a few minutes on
 2 CPU cores); writes ``benchmarks/results/explain_shared.md``. The issue's
 setting (200 targets, up to 300k nodes, ``auto`` only):
-``python benchmarks/explain_shared.py --sizes 10000 100000 300000 --targets 200 --ways auto --out
-benchmarks/results/explain_nodes_200.md``.
+``python benchmarks/explain_shared.py --sizes 10000 100000 300000 --targets 200 --ways auto --loop 4
+--out benchmarks/results/explain_nodes_200.md``.
 """
 from __future__ import annotations
 

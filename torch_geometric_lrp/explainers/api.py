@@ -292,7 +292,7 @@ def explain_nodes(
         (copies cost about :math:`6 \\sum_k |G_k|`, shared about
         :math:`(K + 1) |\\bigcup_k G_k|` for :math:`K` targets, counting
         nodes and edges, plus a fixed cost per backward); copies then run
-        in passes of at most :data:`COPIES_BUDGET` nodes and edges (a large
+        in passes of at most ``api.COPIES_BUDGET`` nodes and edges (a large
         subgraph alone), which keeps their tensors small enough to stay
         fast. All give the same relevance up to float rounding.
     **kwargs
