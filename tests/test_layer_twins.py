@@ -42,6 +42,7 @@ import torch_geometric.nn as pyg_nn
 from torch import nn
 
 import twins as T
+from devices import DEVICES, cpu
 
 DTYPE = torch.float64
 N, E, F_IN, F_OUT, F_EDGE = 8, 16, 4, 3, 2
@@ -217,22 +218,26 @@ def explained_layer(setup: Setup) -> nn.Module:
     return setup.copy_as(cls) if cls is not None else copy.deepcopy(setup.stock)
 
 
-def run_lrp(setup: Setup, rule, inputs: list, relevance: torch.Tensor):
-    """One relevance pass: the relevance of each input, of each input edge's
-    messages ``[E]`` and of the self-loops the layer added ``[N]``."""
+def run_lrp(setup: Setup, rule, inputs: list, relevance: torch.Tensor, device: str = "cpu"):
+    """One relevance pass on ``device``: the relevance of each input, of each
+    input edge's messages ``[E]`` and of the self-loops the layer added
+    ``[N]``, returned on the CPU."""
     lrp = importlib.import_module("torch_geometric_lrp")
-    layer = explained_layer(setup)
-    inputs = [t.detach().clone().requires_grad_() for t in inputs]
+    layer = explained_layer(setup).to(device)
+    inputs = [t.detach().to(device).requires_grad_() for t in inputs]
+    edge_index = setup.edge_index.to(device)
     with ExitStack() as stack:
         edges = None
         if any(isinstance(m, pyg_nn.MessagePassing) for m in layer.modules()):
-            edges = stack.enter_context(edge_relevance_class()(layer, setup.edge_index, setup.num_nodes))
+            edges = stack.enter_context(edge_relevance_class()(layer, edge_index, setup.num_nodes))
         mode = stack.enter_context(lrp.relevance_pass(layer, rules=lrp_rule(rule)))  # a bare rule: every module
-        out = setup.call_with(layer, inputs)
-        rel = mode.backward(out, relevance, inputs)
-    edge = None if edges is None else edges.edge
-    loops = None if edges is None else edges.self_loops
-    return out.detach(), list(rel), edge, loops
+        out = setup.call(layer, *inputs, edge_index)
+        rel = mode.backward(out, relevance.to(device), inputs)
+    for t in (out, *rel):
+        assert t.device.type == torch.device(device).type, "relevance left the model's device"
+    edge = None if edges is None else cpu(edges.edge)
+    loops = None if edges is None else cpu(edges.self_loops)
+    return cpu(out), [cpu(r) for r in rel], edge, loops
 
 
 def assert_relevance(actual, expected, what: str) -> None:
@@ -346,14 +351,15 @@ class FamilyTests:
             assert_relevance(lrp_edge, edge, "edge relevance")
             assert_relevance(lrp_loops, loops, "self-loop relevance")
 
+    @pytest.mark.parametrize("device", DEVICES)
     @pytest.mark.parametrize("rule", list(RULES), ids=list(RULES))
-    def test_lrp_matches_twin(self, config, rule):
+    def test_lrp_matches_twin(self, config, rule, device):
         setup = self.setup_of(config)
         rule = RULES[rule]
         inputs = setup.inputs_for(rule)
         relevance = seed_relevance(setup.call_with(setup.stock, inputs), 5)
         twin = self.reference(setup, setup.stock, inputs, rule, relevance)
-        out, rel, edge, loops = run_lrp(setup, rule, inputs, relevance)
+        out, rel, edge, loops = run_lrp(setup, rule, inputs, relevance, device)
         assert_relevance(out, twin.out, "forward in the pass")
         assert len(rel) == len(twin.inputs)
         for i, (r, t) in enumerate(zip(rel, twin.inputs)):

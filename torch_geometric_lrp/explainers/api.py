@@ -323,7 +323,7 @@ def explain_nodes(
                          "lrp.explain(..., edge_mask_type=None).")
     check_edge_index(edge_index, None)
     n, e = x.shape[0], edge_index.shape[1]
-    index = torch.arange(n, device=x.device) if index is None else check_rows(index, n)
+    index = torch.arange(n, device=x.device) if index is None else check_rows(index, n).to(x.device)
     check_batch_size(batch_size)
     check_view(mask)
     check_rules(rules)
@@ -529,7 +529,8 @@ def _explanation(part: _Part, x: Tensor, edge_index: Tensor, mask: str) -> Expla
                         MaskType.attributes, MaskType.object, mask, embedding=part.embedding)
     c = part.cut
     if c is None:
-        ex.node_index, ex.edge_id = torch.arange(x.shape[0]), torch.arange(edge_index.shape[1])
+        ex.node_index = torch.arange(x.shape[0], device=x.device)
+        ex.edge_id = torch.arange(edge_index.shape[1], device=edge_index.device)
         ex.x, ex.edge_index, ex.index = x, edge_index, part.position
     else:
         ex.node_index, ex.edge_id = c.nodes, c.edge_id
@@ -560,12 +561,12 @@ def _sparse(parts: Iterator[_Part], index: Tensor, num_nodes: int, num_edges: in
     t = index.numel()
     return NodeRelevance(
         index=index.clone(),
-        target=torch.stack(targets) if targets else torch.empty(0, dtype=torch.long),
-        score=torch.tensor(scores, dtype=torch.float64),
-        relevance_total=torch.tensor(totals, dtype=torch.float64),
-        node_relevance=nodes.matrix(t, num_nodes, dtype),
-        edge_relevance=edges.matrix(t, num_edges, dtype),
-        edge_attr_relevance=edge_attrs.matrix(t, num_edges, dtype) if edge_attrs.seen else None,
+        target=torch.stack(targets) if targets else torch.empty(0, dtype=torch.long, device=index.device),
+        score=torch.tensor(scores, dtype=torch.float64, device=index.device),
+        relevance_total=torch.tensor(totals, dtype=torch.float64, device=index.device),
+        node_relevance=nodes.matrix(t, num_nodes, dtype, index.device),
+        edge_relevance=edges.matrix(t, num_edges, dtype, index.device),
+        edge_attr_relevance=edge_attrs.matrix(t, num_edges, dtype, index.device) if edge_attrs.seen else None,
     )
 
 
@@ -586,9 +587,9 @@ class _Coo:
         self.values.append(values.detach()[keep])
         self.counts.append(self.cols[-1].numel())
 
-    def matrix(self, num_rows: int, num_cols: int, dtype: torch.dtype) -> Tensor:
-        cols = torch.cat(self.cols) if self.cols else torch.empty(0, dtype=torch.long)
-        values = torch.cat(self.values) if self.values else torch.empty(0, dtype=dtype)
+    def matrix(self, num_rows: int, num_cols: int, dtype: torch.dtype, device=None) -> Tensor:
+        cols = torch.cat(self.cols) if self.cols else torch.empty(0, dtype=torch.long, device=device)
+        values = torch.cat(self.values) if self.values else torch.empty(0, dtype=dtype, device=device)
         rows = torch.repeat_interleave(torch.tensor(self.counts, dtype=torch.long, device=cols.device))
         return _coo(torch.stack([rows, cols]), values, (num_rows, num_cols))
 

@@ -346,6 +346,8 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
     on the input graph. Node-level rows are explained on their computation
     subgraph where that proves itself."""
     _materialize(model, x, edge_index, kwargs)
+    if rows is not None:  # given as a list or int, made on the CPU: where the graph is
+        rows = rows.to(next(iter(x.values())).device if isinstance(x, dict) else x.device)
     if isinstance(x, dict):
         # A heterogeneous graph is explained as a whole: the cut is made on one
         # node and edge numbering (a per-type cut is not built yet).
