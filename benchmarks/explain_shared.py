@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import platform
+import statistics
 import sys
 import time
 import warnings
@@ -123,21 +123,17 @@ def main(argv=None) -> None:
                                                                                   results["shared"])) \
             if {"copies", "shared"} <= set(times) else None
         own, union = sizes(targets, edge_index, n, args.batch_size, count_hops(model))
-        per = {way: 1000 * t / targets.numel() for way, t in times.items()}
+        ms = {way: 1000 * t / targets.numel() for way, t in times.items()}
+        best = min(ms["copies"], ms["shared"]) if {"copies", "shared"} <= set(ms) else None
 
-        def cell(way, fmt="{:.1f}"):
-            return fmt.format(per[way]) if way in per else "n/a"
+        def over(a, b) -> str:  # a ratio, where both sides were run
+            return "n/a" if a is None or b is None else f"{a / b:.2f}x"
 
-        def ratio(a, b):
-            return f"{a / b:.2f}x" if a is not None and b is not None else "n/a"
-
-        best = min((times[w] for w in ("copies", "shared") if w in times), default=None)
         rows.append([f"{n:,} / {10 * n:,}", f"{own:,.0f}", f"{union:,.0f}", f"{1000 * base:.1f}",
-                     f"{1000 * loop / targets.numel():.1f}", cell("copies"), cell("shared"), cell("auto"),
-                     ratio(times.get("copies"), times.get("shared")) if best is not None else "n/a",
-                     ratio(times.get("auto"), best) if len([w for w in ("copies", "shared") if w in times]) == 2
-                     else "n/a",
-                     ratio(per.get("auto"), 1000 * base), ratio(loop, times.get("auto")),
+                     f"{1000 * loop / targets.numel():.1f}",
+                     *(f"{ms[w]:.1f}" if w in ms else "n/a" for w in ("copies", "shared", "auto")),
+                     over(ms.get("copies"), ms.get("shared")), over(ms.get("auto"), best),
+                     over(ms.get("auto"), 1000 * base), over(1000 * loop / targets.numel(), ms.get("auto")),
                      "n/a" if diff is None else f"{diff:.1e}"])
         print(" | ".join(rows[-1]), flush=True)
     header = ["nodes / edges", "own subgraph (nodes + edges)", "batch union", "floor ms/target", "loop ms/target",
@@ -151,7 +147,8 @@ def main(argv=None) -> None:
         f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, Python "
         f"{platform.python_version()}, {os.cpu_count()} CPU cores, torch threads {args.threads}",
         f"- {args.targets} random targets per graph, batch_size {args.batch_size}; the loop timed on {args.loop} "
-        f"targets and scaled, the floor the median over the same {args.loop}; 3-layer GCN, hidden 64, 32 features; runtime {(time.perf_counter() - started) / 60:.1f} min",
+        f"targets and scaled, the floor the median over the same {args.loop}; 3-layer GCN, hidden 64, 32 features; "
+        f"runtime {(time.perf_counter() - started) / 60:.1f} min",
         "",
         "What is measured: see the docstring of `benchmarks/explain_shared.py`. One timing per cell: compare "
         "within a row.",
