@@ -204,7 +204,7 @@ def _infection_task(seed: int) -> Task:
     return Task("Infection", "node", 2, int(d.y.max()) + 1, 3, candidates, data=data, truth=truth)
 
 
-def _ba2motifs_task(seed: int, num_graphs: int = 200) -> Task:
+def ba2motifs_task(seed: int, num_graphs: int = 200) -> Task:
     set_seed(seed)
     graphs = []
     for k in range(num_graphs):
@@ -235,7 +235,7 @@ def make_task(name: str, seed: int = 0) -> Task:
     if name == "Infection":
         return _infection_task(seed)
     if name == "BA-2Motifs":
-        return _ba2motifs_task(seed)
+        return ba2motifs_task(seed)
     raise ValueError(name)
 
 

@@ -8,6 +8,10 @@ linear head), its seeded training and the instance sample are those of
 ``common.py`` and ``faithfulness.py`` (the same weights for the same seed).
 ``--readout add`` trains the same GIN with a sum readout (``global_add_pool``),
 the readout of sGNN-LRP's BA-2Motifs GIN, and writes ``walks_sum.md``.
+``--model sgnn`` trains, here and from scratch, the GIN layout of sGNN-LRP's
+reference code (``SgnnGIN`` below: width 20, fixed non-positive biases, sum
+readout, one constant feature, 1,000 graphs) and writes ``walks_sgnn.md``;
+its rule sets add sGNN-LRP's composite, gamma = 3, 1.5, 0 by layer.
 For every training seed in ``--seeds`` a GIN is trained and ``--instances``
 graphs (default 40, fixed by ``--data-seed``) are explained for the class the
 model predicts. Instance graphs have 25 nodes: a 20-node Barabasi-Albert tree
@@ -71,6 +75,7 @@ Usage::
 
     python benchmarks/walks.py            # seeds 0 1 2, 40 instances each (~4 min on 2 CPU cores)
     python benchmarks/walks.py --quick    # smoke run: seed 0, 5 instances, shorter training (~20 s)
+    python benchmarks/walks.py --model sgnn   # sGNN-LRP's GIN layout, trained here (~10 min)
 
 Writes ``benchmarks/results/walks.md`` (``--out`` to change), rewritten after
 every seed. One torch thread by default (``--threads``).
@@ -90,14 +95,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 import torch_geometric
+from torch.nn import Linear, ReLU, Sequential
+from torch_geometric.data import Batch
 from torch_geometric.explain.config import ModelMode
-from torch_geometric.nn import MessagePassing
+from torch_geometric.loader import DataLoader
+from torch_geometric.nn import GINConv, MessagePassing, global_add_pool
 from torch_geometric.utils import subgraph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    RESULTS, ROOT, auroc, explain, fmt, make_instances, make_methods, make_task, nanmean, masks_of, table, train,
+    RESULTS, ROOT, Task, Trained, auroc, ba2motifs_task, explain, fmt, make_instances, make_methods, make_task,
+    masks_of, nanmean, set_seed, table, train,
 )
 
 import torch_geometric_lrp as lrp  # noqa: E402
@@ -108,6 +118,11 @@ TARGET = 0.993  # sGNN-LRP's published node AUROC on BA-2Motifs (Xiong et al., 2
 TOP_K = 25
 COST_TOP_K = 10
 RULES = {"default": None, "Gamma(1.0)": lrp.rules.Gamma(1.0), "ZPlus()": lrp.rules.ZPlus()}
+# sGNN-LRP's composite (its get_H_transform: gamma = linspace(3, 0) over the layers), on SgnnGIN's layers
+PAPER_RULES = {"Gamma(3, 1.5, 0) by layer": {"convs.0": lrp.rules.Gamma(3.0), "convs.1": lrp.rules.Gamma(1.5),
+                                             "convs.2": lrp.rules.Gamma(0.0)}}
+MODELS = {"gin": "the project's GIN", "sgnn": "sGNN-LRP's GIN layout, trained here"}
+SGNN_GRAPHS = 1000  # the size of sGNN-LRP's BA-2Motifs dataset
 GROUPS = ("first-order LRP", "walks (all)", "subgraph leave-one-out", f"top-{TOP_K} walks",
           "greedy subgraph search", "other explainers", "model-side reference")
 LRP_GROUPS = GROUPS[:5]   # computed with the relevance pass
@@ -115,6 +130,85 @@ WALK_GROUPS = GROUPS[1:5]  # higher order: walks and subgraphs
 COST_ROWS = ("lrp.explain (first order)", "lrp.walks(top_k=None)", f"lrp.walks(top_k={COST_TOP_K})",
              "lrp.subgraph_relevance, 1 set", "lrp.subgraph_relevance, n sets (batch)",
              "naive GNN-LRP (1 backward per walk)")
+
+
+# ---------------------------------------------------------------------------
+# sGNN-LRP's GIN layout (--model sgnn)
+# ---------------------------------------------------------------------------
+
+class SgnnGIN(torch.nn.Module):
+    r"""The GIN of sGNN-LRP's BA-2Motifs experiments (Xiong et al., ICML 2022;
+    ``modules.py`` and ``train_model.py`` of its reference code), built from
+    PyG layers:
+
+    .. math::
+        h^{(l)}_i = \mathrm{MLP}_l\big(h^{(l-1)}_i + \textstyle\sum_{j \in N(i)} h^{(l-1)}_j\big),
+        \qquad y = \tfrac{1}{\sqrt{20}} \textstyle\sum_i h^{(3)}_i,
+
+    with ``MLP_1``, ``MLP_2`` two ReLU layers of width 20 and ``MLP_3`` one
+    linear map onto the classes (no readout head). Weights start at
+    :math:`N(0, 1/\text{fan-in})`; biases are drawn once,
+    :math:`b = -\tfrac12 \log(1 + e^{-2u})`, :math:`u \sim N(0, 1)`, and never
+    trained: every unit has a non-positive threshold, so a node's unit fires
+    only on evidence. The input is one constant feature per node."""
+
+    def __init__(self, in_channels: int = 1, hidden: int = 20, out_channels: int = 2):
+        super().__init__()
+        mlp = lambda a: Sequential(Linear(a, hidden), ReLU(), Linear(hidden, hidden), ReLU())  # noqa: E731
+        self.convs = torch.nn.ModuleList([GINConv(mlp(in_channels)), GINConv(mlp(hidden)),
+                                          GINConv(Linear(hidden, out_channels))])
+        self.scale = hidden ** -0.5
+        with torch.no_grad():
+            for m in self.modules():
+                if isinstance(m, Linear):
+                    m.weight.normal_(0.0, m.in_features ** -0.5)
+                    m.bias.copy_(-0.5 * torch.log1p(torch.exp(-2.0 * torch.randn(m.out_features))))
+                    m.bias.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, batch=None) -> torch.Tensor:
+        for conv in self.convs:
+            x = conv(x, edge_index)
+        if batch is None:
+            batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        return global_add_pool(x, batch) * self.scale
+
+
+def sgnn_task(data_seed: int) -> Task:
+    """BA-2Motifs as sGNN-LRP uses it: ``SGNN_GRAPHS`` graphs of
+    ``common.py``'s generator, with one constant feature per node."""
+    task = ba2motifs_task(data_seed, SGNN_GRAPHS)
+    for g in task.graphs:
+        g.x = torch.ones(g.num_nodes, 1)
+    task.num_features = 1
+    return task
+
+
+def train_sgnn(task: Task, seed: int, quick: bool = False) -> Trained:
+    """``SgnnGIN`` trained with the reference code's loss (binary cross-entropy
+    on one-hot classes) and Adam (lr 0.003, batches of 32, 1,500 epochs; the
+    reference's plain SGD at lr 1e-5 for 1,000 epochs of single graphs takes
+    hours here); only the weights learn."""
+    set_seed(seed)
+    model = SgnnGIN(task.num_features, out_channels=task.num_classes)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.003)
+    g = torch.Generator().manual_seed(seed)
+    loader = DataLoader([task.graphs[i] for i in task.train_idx], batch_size=32, shuffle=True, generator=g)
+    start = time.perf_counter()
+    model.train()
+    for _ in range(100 if quick else 1500):
+        for b in loader:
+            opt.zero_grad()
+            out = model(b.x, b.edge_index, b.batch)
+            F.binary_cross_entropy_with_logits(out, F.one_hot(b.y, task.num_classes).float()).backward()
+            opt.step()
+    model.eval()
+
+    def acc(idx):
+        b = Batch.from_data_list([task.graphs[i] for i in idx])
+        with torch.no_grad():
+            return (model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).float().mean().item()
+
+    return Trained(task, "GIN", model, acc(task.train_idx), acc(task.test_idx), time.perf_counter() - start)
 
 
 # ---------------------------------------------------------------------------
@@ -239,7 +333,8 @@ def timed(fn):
 
 def run_seed(seed: int, task, args, checks: dict, log) -> dict:
     t0 = time.perf_counter()
-    trained = train(task, "GIN", seed=seed, quick=args.quick, pool=args.readout)
+    trained = train_sgnn(task, seed, quick=args.quick) if args.model == "sgnn" else \
+        train(task, "GIN", seed=seed, quick=args.quick, pool=args.readout)
     model = trained.model
     log(f"seed {seed}: train acc {trained.train_acc:.3f}, test acc {trained.test_acc:.3f} ({trained.seconds:.1f} s)")
     instances = make_instances(trained, args.instances, seed=args.data_seed)
@@ -267,7 +362,7 @@ def run_seed(seed: int, task, args, checks: dict, log) -> dict:
         info["right"].append(int(inst.target[inst.index]) == inst.label)
         info["label"].append(inst.label)
         loo_sets = ~torch.eye(n, dtype=torch.bool)
-        for name, rules in RULES.items():
+        for name, rules in args.rules.items():
             w, sec = timed(lambda: lrp.walks(model, inst.x, inst.edge_index, inst.index, rules=rules, **kw(inst)))
             loo, sec_loo = timed(lambda: lrp.subgraph_relevance(model, inst.x, inst.edge_index, loo_sets,
                                                                 inst.index, rules=rules, **kw(inst)))
@@ -395,9 +490,12 @@ def render(runs: list, args, argv, runtime: float, done: bool, checks: dict, loa
         f"{load[1]:.1f} at the end): compare the timings below as ratios within this run only",
         f"- runtime: {runtime / 60:.1f} min{'' if done else ' so far (PARTIAL)'}",
         "",
-        f"The project's GIN (`common.py`: 3 GINConv layers, hidden 64, {READOUTS[args.readout]}, linear head) "
-        "trained on the "
-        "BA-2Motifs graphs of `common.py`, explained for its predicted class; ground truth: the motif's 5 of 25 "
+        (f"sGNN-LRP's GIN layout (`SgnnGIN` in `walks.py`: 3 GINConv layers, width 20, fixed biases ≤ 0, sum "
+         f"readout, one constant feature), trained here from scratch on {SGNN_GRAPHS} "
+         if args.model == "sgnn" else
+         f"The project's GIN (`common.py`: 3 GINConv layers, hidden 64, {READOUTS[args.readout]}, linear head) "
+         "trained on the ")
+        + "BA-2Motifs graphs of `common.py`, explained for its predicted class; ground truth: the motif's 5 of 25 "
         "nodes. Method and metrics: the docstring of `benchmarks/walks.py`. Cells `m ± s`: mean over training "
         "seeds of the per-seed mean node AUROC, ± the standard deviation over seeds; the other columns pool "
         "the graphs of all seeds (their counts in the header).",
@@ -475,7 +573,7 @@ def why(runs, args, per_seed, pooled, mean, right, label, b_walk, b_other, b_occ
                 f"the same way on {len(agree)} of {len(pairs)} seeds ("
                 + ", ".join(f"seed {p[0]['seed']}: {p[0]['occ']:.3f} / {p[1]['occ']:.3f}" for p in pairs) + ").")
         if found:
-            text += (f" {READOUTS[args.readout].capitalize()} adds every node's output to the logit and the base tree looks alike in both "
+            text += (f" {'Sum pooling' if args.model == 'sgnn' else READOUTS[args.readout].capitalize()} adds every node's output to the logit and the base tree looks alike in both "
                      "classes, so a model can learn to detect one motif and to predict the other class when that "
                      "evidence is missing; for graphs of the second kind much of the logit comes from the base "
                      "tree and the biases, and no node ranking recovers the motif cleanly. Which motif is found "
@@ -485,7 +583,7 @@ def why(runs, args, per_seed, pooled, mean, right, label, b_walk, b_other, b_occ
     totals = [a for r in runs for a in r["info"]["total_share"]]
     if totals:
         med_total = statistics.median(totals)
-        out += [f"- **Signs.** The features are constant (10 ones), so the evidence is in the structure, and with "
+        out += [f"- **Signs.** The features are constant ({'one 1' if args.model == 'sgnn' else '10 ones'}), so the evidence is in the structure, and with "
                 f"the default rules the biases take {'most' if abs(med_total) < 0.5 else 'part'} of the logit: "
                 f"S(V) / z has median {med_total:.2f} over "
                 f"all graphs, and {100 * nanmean([float(a < 0) for a in totals]):.0f}% of graphs have S(V) of the "
@@ -574,10 +672,17 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--readout", choices=sorted(READOUTS), default="mean",
                         help="graph readout of the GIN: mean (the project's model) or add (sGNN-LRP's sum readout)")
+    parser.add_argument("--model", choices=sorted(MODELS), default="gin",
+                        help="gin: the project's GIN (common.py); sgnn: sGNN-LRP's GIN layout, trained here")
     parser.add_argument("--out", type=Path, default=None,
-                        help="default: results/walks.md (mean readout), results/walks_sum.md (add)")
+                        help="default: results/walks.md (mean readout), results/walks_sum.md (add), "
+                             "results/walks_sgnn.md (--model sgnn)")
     args = parser.parse_args(argv)
-    args.out = args.out or RESULTS / ("walks.md" if args.readout == "mean" else "walks_sum.md")
+    if args.model == "sgnn" and args.readout != "mean":
+        parser.error("--readout: SgnnGIN has its own sum readout; leave --readout out with --model sgnn")
+    args.out = args.out or RESULTS / ("walks_sgnn.md" if args.model == "sgnn" else
+                                      "walks.md" if args.readout == "mean" else "walks_sum.md")
+    args.rules = {**RULES, **PAPER_RULES} if args.model == "sgnn" else RULES
     argv = sys.argv[1:] if argv is None else argv
     args.seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
     args.instances = args.instances or (5 if args.quick else 40)
@@ -592,7 +697,7 @@ def main(argv=None) -> None:
         "explain": Check("Walks.node_relevance vs lrp.explain's node mask (summed over features)", 1e-5),
         "naive": Check("lrp.walks vs naive one-backward-per-walk reference (relevance of every walk)", 1e-5),
     }
-    task = make_task("BA-2Motifs", args.data_seed)
+    task = sgnn_task(args.data_seed) if args.model == "sgnn" else make_task("BA-2Motifs", args.data_seed)
     t0, load0 = time.perf_counter(), os.getloadavg()[0]
     runs = []
     args.out.parent.mkdir(parents=True, exist_ok=True)
