@@ -308,24 +308,32 @@ def train(task: Task, kind: str, seed: int = 0, quick: bool = False, pool: str =
         train_acc = (pred[d.train_mask] == d.y[d.train_mask]).float().mean().item()
         test_acc = (pred[d.test_mask] == d.y[d.test_mask]).float().mean().item()
     else:
-        g = torch.Generator().manual_seed(seed)
-        loader = DataLoader([task.graphs[i] for i in task.train_idx], batch_size=32, shuffle=True, generator=g)
-        epochs = 100 if quick else 300
-        model.train()
-        for _ in range(epochs):
-            for b in loader:
-                opt.zero_grad()
-                F.cross_entropy(model(b.x, b.edge_index, b.batch), b.y).backward()
-                opt.step()
-        model.eval()
-
-        def acc(idx):
-            b = Batch.from_data_list([task.graphs[i] for i in idx])
-            with torch.no_grad():
-                return (model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).float().mean().item()
-
-        train_acc, test_acc = acc(task.train_idx), acc(task.test_idx)
+        train_acc, test_acc = fit_graphs(model, opt, task, seed, 100 if quick else 300, F.cross_entropy)
     return Trained(task, kind, model, train_acc, test_acc, time.perf_counter() - start)
+
+
+def fit_graphs(model: torch.nn.Module, opt: torch.optim.Optimizer, task: Task, seed: int, epochs: int,
+               loss) -> tuple[float, float]:
+    """Train a graph-level ``model`` on ``task.train_idx`` for ``epochs``
+    (batches of 32, shuffled by a generator seeded with ``seed``), minimising
+    ``loss(output, y)``; leave it in eval mode and return its train and test
+    accuracy."""
+    g = torch.Generator().manual_seed(seed)
+    loader = DataLoader([task.graphs[i] for i in task.train_idx], batch_size=32, shuffle=True, generator=g)
+    model.train()
+    for _ in range(epochs):
+        for b in loader:
+            opt.zero_grad()
+            loss(model(b.x, b.edge_index, b.batch), b.y).backward()
+            opt.step()
+    model.eval()
+
+    def acc(idx):
+        b = Batch.from_data_list([task.graphs[i] for i in idx])
+        with torch.no_grad():
+            return (model(b.x, b.edge_index, b.batch).argmax(-1) == b.y).float().mean().item()
+
+    return acc(task.train_idx), acc(task.test_idx)
 
 
 # ---------------------------------------------------------------------------

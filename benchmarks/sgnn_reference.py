@@ -44,9 +44,8 @@ import torch
 import torch_geometric
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, ROOT, auroc, fmt, make_task, nanmean, table  # noqa: E402
+from common import RESULTS, ROOT, Instance, auroc, fmt, make_task, nanmean, table  # noqa: E402
 from walks import PAPER_RULES, SgnnGIN, greedy_order  # noqa: E402
-from common import Instance  # noqa: E402
 
 import torch_geometric_lrp as lrp  # noqa: E402
 
