@@ -228,6 +228,28 @@ def test_subgraph_relevance_is_the_walks_inside_the_set():
     assert lrp.subgraph_relevance(model, x, ei, mask, 3, rules=Gamma(0.25)) == pytest.approx(float(batch[1]))
 
 
+@pytest.mark.parametrize("kind", ["GCN", "GIN"])
+@pytest.mark.parametrize("alpha", [0.05, 0.5, 1.0])
+def test_relaxed_subgraph_relevance_weights_each_walk_by_its_positions_outside(kind, alpha):
+    # sGNN-LRP's alpha: a walk that visits S counts alpha ** (positions outside S), one that never does not
+    x, ei = graph(8, 0.35, seed=5)
+    model = model_of(kind, seed=5, channels=(3, 4, 4, 3))
+    w = lrp.walks(model, x, ei, 3, rules=Gamma(0.25))
+    assert len(w) >= 10  # walks that carry relevance
+    g = torch.Generator().manual_seed(1)
+    sets = [torch.randperm(8, generator=g)[:s] for s in (1, 3, 5)]
+    values = lrp.subgraph_relevance(model, x, ei, sets, 3, rules=Gamma(0.25), alpha=alpha)
+    for s, value in zip(sets, values):
+        hits = torch.isin(w.walks, s)
+        weight = torch.where(hits.any(dim=1), alpha ** (~hits).sum(dim=1).double(), 0.0)
+        expected = float((weight * w.relevance).sum())
+        assert float(value) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    strict = lrp.subgraph_relevance(model, x, ei, sets, 3, rules=Gamma(0.25))
+    assert not torch.allclose(values, strict)  # the relaxation changes the value
+    one = lrp.subgraph_relevance(model, x, ei, sets[1], 3, rules=Gamma(0.25), alpha=alpha)
+    assert one == pytest.approx(float(values[1]), rel=1e-12)
+
+
 def test_leave_one_out_subgraph_relevance_is_the_walks_through_a_node():
     x, ei = graph(7, 0.4, seed=6)
     model = model_of("GCN", seed=6, channels=(3, 4, 4, 3))
@@ -311,6 +333,9 @@ def test_refusals_name_the_argument():
         lrp.subgraph_relevance(model, x, ei, torch.zeros(3, dtype=torch.bool), 0)
     with pytest.raises(ValueError, match="nodes"):
         lrp.subgraph_relevance(model, x, ei, [0, 99], 0)
+    for alpha in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="alpha"):
+            lrp.subgraph_relevance(model, x, ei, [0, 1], 0, alpha=alpha)
     with pytest.raises(TypeError, match="rules"):
         lrp.walks(model, x, ei, 0, rules="gamma")
     with pytest.raises(ValueError, match="message-passing"):
