@@ -11,14 +11,20 @@ For ``--targets`` random nodes, in one process and one run:
   subgraphs and one backward per target;
 * ``auto``: the default, which picks one of the two per batch from the
   sizes of the subgraphs and runs large copies in passes of at most
-  ``COPIES_BUDGET`` nodes and edges (see ``explain_nodes``);
+  ``COPIES_BUDGET`` nodes and edges (see ``explain_nodes``), and checks the
+  batches' subgraphs against one plain forward of the whole graph where the
+  batches' own checks would cost more (``api._shares_reference``);
+* ``auto-own-checks``: ``auto`` with every batch checked on its own (that
+  rule switched off inside the script), the alternative to the shared
+  check; its relevance must equal ``auto``'s exactly;
 * ``floor``: what any explanation of one target needs at least, as the
   issue defines it: PyG's ``k_hop_subgraph`` (4 hops: the 3 the model reads
   and the degrees of the outermost), one plain forward and one backward on
   it; the median over ``--loop`` targets.
 
-``--ways`` picks the ``explain_nodes`` strategies run (all three by
-default; a cell of a strategy not run reads n/a).
+``--ways`` picks the ``explain_nodes`` strategies run (``copies``,
+``shared`` and ``auto`` by default; a cell of a strategy not run reads
+n/a).
 
 Also per size: the mean size of a target's own subgraph and of a batch's
 union (nodes + edges), which ``auto`` compares, and the largest difference
@@ -26,8 +32,8 @@ between the ``copies`` and ``shared`` node relevance (the same numbers up
 to rounding). Run: ``python benchmarks/explain_shared.py`` (a few minutes on
 2 CPU cores); writes ``benchmarks/results/explain_shared.md``. The issue's
 setting (200 targets, up to 300k nodes, ``auto`` only):
-``python benchmarks/explain_shared.py --sizes 10000 100000 300000 --targets 200 --ways auto --loop 4
---out benchmarks/results/explain_nodes_200.md``.
+``python benchmarks/explain_shared.py --sizes 10000 100000 300000 --targets 200 --ways auto auto-own-checks
+--loop 4 --out benchmarks/results/explain_nodes_200.md``.
 """
 from __future__ import annotations
 
@@ -48,9 +54,11 @@ from torch_geometric.nn import GCN
 from torch_geometric.utils import k_hop_subgraph
 
 import torch_geometric_lrp as lrp
+from torch_geometric_lrp.explainers import api as explainers_api
 from torch_geometric_lrp.explainers.subgraph import Incidence, count_hops, cut, cut_each
 
 RESULTS = Path(__file__).resolve().parent / "results"
+shares_reference = explainers_api._shares_reference
 
 
 def seconds(fn) -> float:
@@ -93,7 +101,8 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--loop", type=int, default=8, help="targets timed in the loop (then scaled)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--ways", nargs="+", choices=["copies", "shared", "auto"], default=["copies", "shared", "auto"])
+    parser.add_argument("--ways", nargs="+", choices=["copies", "shared", "auto", "auto-own-checks"],
+                        default=["copies", "shared", "auto"])
     parser.add_argument("--out", type=Path, default=RESULTS / "explain_shared.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -117,8 +126,18 @@ def main(argv=None) -> None:
         base = floor(model, x, edge_index, targets[:args.loop])
         times, results = {}, {}
         for way in args.ways:
-            times[way] = seconds(lambda: results.__setitem__(way, lrp.explain_nodes(
-                model, x, edge_index, targets, batch_size=args.batch_size, strategy=way)))
+            own_checks = way == "auto-own-checks"
+            if own_checks:  # the alternative to the shared check: every batch checked on its own
+                explainers_api._shares_reference = lambda *a: False
+            try:
+                times[way] = seconds(lambda: results.__setitem__(way, lrp.explain_nodes(
+                    model, x, edge_index, targets, batch_size=args.batch_size,
+                    strategy="auto" if own_checks else way)))
+            finally:
+                explainers_api._shares_reference = shares_reference
+        if {"auto", "auto-own-checks"} <= set(results):
+            assert all(torch.equal(a.node_mask, b.node_mask) and torch.equal(a.edge_mask, b.edge_mask)
+                       for a, b in zip(results["auto"], results["auto-own-checks"])), "the checks changed a mask"
         diff = max(float((a.node_mask - b.node_mask).abs().max()) for a, b in zip(results["copies"],
                                                                                   results["shared"])) \
             if {"copies", "shared"} <= set(times) else None
@@ -131,13 +150,15 @@ def main(argv=None) -> None:
 
         rows.append([f"{n:,} / {10 * n:,}", f"{own:,.0f}", f"{union:,.0f}", f"{1000 * base:.1f}",
                      f"{1000 * loop / targets.numel():.1f}",
-                     *(f"{ms[w]:.1f}" if w in ms else "n/a" for w in ("copies", "shared", "auto")),
+                     *(f"{ms[w]:.1f}" if w in ms else "n/a" for w in ("copies", "shared", "auto", "auto-own-checks")),
+                     over(ms.get("auto-own-checks"), ms.get("auto")),
                      over(ms.get("copies"), ms.get("shared")), over(ms.get("auto"), best),
                      over(ms.get("auto"), 1000 * base), over(1000 * loop / targets.numel(), ms.get("auto")),
                      "n/a" if diff is None else f"{diff:.1e}"])
         print(" | ".join(rows[-1]), flush=True)
     header = ["nodes / edges", "own subgraph (nodes + edges)", "batch union", "floor ms/target", "loop ms/target",
-              "copies ms/target", "shared ms/target", "auto ms/target", "copies / shared", "auto / best",
+              "copies ms/target", "shared ms/target", "auto ms/target", "auto, one check per batch ms/target",
+              "that / auto", "copies / shared", "auto / best",
               "auto / floor", "loop / auto", "max abs(copies - shared)"]
     lines = [
         "# explain_nodes: disjoint copies, shared forward, and a loop",

@@ -165,6 +165,59 @@ def test_model_that_is_not_local_is_explained_on_the_full_graph(check, cls, reas
     torch.testing.assert_close(nodes[0].node_mask, first.node_mask, rtol=0, atol=1e-5)
 
 
+def spy_plain_sizes(monkeypatch) -> list:
+    """Node counts of the plain (checking) forwards of the pass."""
+    from torch_geometric_lrp.explainers import core
+    sizes, real = [], core.Pass.plain
+
+    def spy(self, x, *args, **kwargs):
+        sizes.append(x.shape[0])
+        return real(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(core.Pass, "plain", spy)
+    return sizes
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_explain_nodes_checks_its_batches_against_one_forward_of_the_graph(large, monkeypatch):
+    """Many batches share one plain forward of the whole graph as the check
+    of their cuts (instead of one check per batch); a few batches of a large
+    graph, whose checks cost less than that forward, keep their own."""
+    if large:  # every graph checks cuts with unrelated nodes added, as large graphs do
+        monkeypatch.setattr(lrp.explainers.core, "FULL_CHECK_EDGES", 0)
+    model = build("gcn")
+    x, edge_index = sparse_graph()
+    n = x.shape[0]
+    plain = spy_plain_sizes(monkeypatch)
+    targets = torch.arange(n)  # every node, one per batch
+    batched = lrp.explain_nodes(model, x, edge_index, targets, batch_size=1)
+    assert plain == [n]
+    for t, ex in zip(targets.tolist(), batched):  # each on its own cut
+        full = lrp.explain(model, x, edge_index, index=t, subgraph=False)
+        torch.testing.assert_close(ex.node_mask, full.node_mask[ex.node_index], rtol=0, atol=1e-5)
+        torch.testing.assert_close(ex.edge_mask, full.edge_mask[ex.edge_id], rtol=0, atol=1e-5)
+    plain.clear()
+    lrp.explain_nodes(model, x, edge_index, torch.tensor([9, 30]), batch_size=1)
+    if large:  # two small cuts: each checked with unrelated nodes added, no forward of the graph
+        assert len(plain) == 2 and max(plain) < n
+    else:  # the graph's forward, once for both batches
+        assert plain == [n]
+
+
+@pytest.mark.parametrize("strategy", ["copies", "shared"])
+def test_a_shared_check_still_finds_a_model_that_is_not_local(strategy, monkeypatch):
+    monkeypatch.setattr(lrp.explainers.core, "FULL_CHECK_EDGES", 0)
+    torch.manual_seed(0)
+    model = GlobalContext(C).eval()
+    x, edge_index = sparse_graph()
+    targets = torch.arange(x.shape[0])
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="differ from the full graph's"):  # the shared check
+        nodes = lrp.explain_nodes(model, x, edge_index, targets, batch_size=1, strategy=strategy)
+    for t, ex in zip(targets.tolist(), nodes):
+        full = lrp.explain(model, x, edge_index, index=t, subgraph=False)
+        torch.testing.assert_close(ex.node_mask, full.node_mask, rtol=0, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------
 # Item 1: degrees the cut must keep whole (out-degree normalisations)
 # ---------------------------------------------------------------------------

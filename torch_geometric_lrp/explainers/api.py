@@ -14,8 +14,9 @@ from tqdm.auto import tqdm
 
 from ..rules import Rule
 from . import distributed as shard
-from .core import (Relevance, Settings, _materialize, explain_rows, fall_back, input_total, explanation_of, on_cut,
-                   on_graph)
+from . import core
+from .core import (Relevance, Settings, _materialize, explain_rows, fall_back, full_output, input_total,
+                   explanation_of, on_cut, on_graph)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
@@ -391,6 +392,7 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
     graph = Incidence(edge_index, n)  # the one pass over the edge list
     starts = range(0, index.numel(), batch_size)
     show = progress if progress is not None else (None if len(starts) > 1 else False)
+    reference = None  # the full graph's output, where the batches share it (see _shares_reference)
     for start in tqdm(starts, desc="LRP", unit="batch", disable=None if show is None else not show):
         chunk = index[start:start + batch_size]
         chunk_target = target[start:start + batch_size] if per_target else target
@@ -403,16 +405,19 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
         way = _way(strategy, copies, union, chunk.numel(), len(runs))
         if way == "shared":
             runs = [(0, chunk.numel())]
+        if start == 0 and _shares_reference(union if way == "shared" else copies, n, edge_index.shape[1],
+                                            len(starts)):
+            reference = full_output(model, x, edge_index, kwargs, settings)
         for a, b in runs:
             run_target = chunk_target[a:b] if per_target else chunk_target
             if way == "shared":
-                parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, run_target, settings)
+                parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, run_target, settings, reference)
             else:
                 # a run of the batch is the disjoint union of its targets' own cuts
                 run, run_nodes, run_edges = (copies, node_starts, edge_starts) if b - a == chunk.numel() else \
                     disjoint_union(own[a:b])
                 parts = _on_copies(model, x, edge_index, kwargs, run, own[a:b], run_nodes, run_edges, chunk[a:b],
-                                   run_target, settings)
+                                   run_target, settings, reference)
             for k, t in enumerate(chunk[a:b].tolist()):
                 if parts is None:  # no proof: this target on the full graph
                     one = on_graph(model, x, edge_index, kwargs, chunk[a + k:a + k + 1],
@@ -421,6 +426,26 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
                                 (one.absorbed, one.lost), one.target[0], one.embedding)
                     continue
                 yield parts[k]
+
+
+#: Cost of one forward of the whole graph per node and edge, against a
+#: check of a cut (measured on a 3-layer GCN: 2x at 10k nodes, 6x at 300k;
+#: a large pass leaves the CPU caches).
+FULL_FORWARD_WEIGHT = 4
+
+
+def _shares_reference(first: Cut, n: int, e: int, num_batches: int) -> bool:
+    """Whether the batches check their cuts against the full graph's output,
+    computed once (:func:`~.core.full_output`), rather than each on its own:
+    where there are several batches and either every batch would run the
+    full graph anyway (at most ``FULL_CHECK_EDGES`` edges) or their checks,
+    each about the size of the first batch's pass, cost more than one forward
+    of the graph (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges).
+    The choice depends on the graph only."""
+    if num_batches < 2:
+        return False
+    return e <= core.FULL_CHECK_EDGES or \
+        num_batches * (first.num_nodes + first.edge_id.numel()) > FULL_FORWARD_WEIGHT * (n + e)
 
 
 def _runs(own: list[Cut], strategy: str) -> list[tuple[int, int]]:
@@ -460,10 +485,11 @@ def _way(strategy: str, copies: Cut, union: Optional[Cut], num_targets: int, num
 
 def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, own: list[Cut],
                node_starts: list[int], edge_starts: list[int], chunk: Tensor, chunk_target: Optional[Tensor],
-               settings: Settings) -> Optional[list[_Part]]:
+               settings: Settings, reference: Optional[Tensor] = None) -> Optional[list[_Part]]:
     """The batch as disjoint copies, one forward and one backward; ``None``
-    where the copies do not prove themselves."""
-    result = on_cut(model, x, edge_index, kwargs, copies, chunk, chunk_target, settings)
+    where the copies do not prove themselves (against ``reference``, the
+    full graph's output, where given)."""
+    result = on_cut(model, x, edge_index, kwargs, copies, chunk, chunk_target, settings, reference=reference)
     if result is None:
         return None
     if settings.mode is None:
@@ -481,12 +507,14 @@ def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, 
 
 
 def _on_union(model, x: Tensor, edge_index: Tensor, kwargs: dict, union: Cut, own: list[Cut], chunk: Tensor,
-              chunk_target: Optional[Tensor], settings: Settings) -> Optional[list[_Part]]:
+              chunk_target: Optional[Tensor], settings: Settings, reference: Optional[Tensor] = None
+              ) -> Optional[list[_Part]]:
     """The batch on the union of its subgraphs: one forward, one backward per
     target. Each target's relevance is taken on its own subgraph, and must
     not reach beyond it nor its ring (the proof the copies give); ``None``
     where that fails."""
-    results = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings, each=True)
+    results = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings, each=True,
+                     reference=reference)
     if results is None:
         return None
     if settings.mode is None:

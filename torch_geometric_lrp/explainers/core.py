@@ -43,7 +43,7 @@ from .subgraph import Cut, count_hops, cut, message_flow, reaches_ring, slice_in
 from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
                       seed_of)
 
-__all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut",
+__all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "full_output",
            "explanation_of", "resolve_task", "same_output", "fall_back", "input_total"]
 
 
@@ -386,8 +386,20 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
         return _relevance_at(p, out, rows, rows, out.shape[0], target, level, mode, return_type)
 
 
+def full_output(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
+                settings: Settings) -> Optional[Tensor]:
+    """The model's plain output on the whole input, the reference a cut is
+    checked against (:func:`on_cut`'s ``reference``); ``None`` where the
+    model fails on it (each cut is then checked on its own)."""
+    with Pass(model, settings) as p:
+        try:
+            return p.plain(x, edge_index, kwargs)
+        except Exception:  # noqa: BLE001 (no reference: the cuts' own checks decide, and report)
+            return None
+
+
 def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
-           target: Optional[Tensor], settings: Settings, each: bool = False
+           target: Optional[Tensor], settings: Settings, each: bool = False, reference: Optional[Tensor] = None
            ) -> Union[None, Relevance, list[Relevance]]:
     """The pass on the cut ``c`` (whose targets ``c.index`` are the input's
     nodes ``rows``), with relevance on the cut's nodes and edges; ``None``
@@ -397,17 +409,21 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     ``each=True``: one forward, then one backward per row (the forward
     retained in between), so each row's relevance is its own; a list with one
     :class:`Relevance` per row, each with its own ``lost`` and ``absorbed``.
-    The ring check is then the caller's, on each row's own cut."""
+    The ring check is then the caller's, on each row's own cut.
+
+    ``reference``: the full graph's output (:func:`full_output`), where the
+    caller has it already (``explain_nodes``, computed once for all its
+    batches): the check compares against it, whatever the graph's size."""
     n, e = x.shape[0], edge_index.shape[1]
     # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
     # output itself (a proof that the cut gives the targets' outputs); above,
     # the cut with unrelated nodes added, which costs about what the cut costs
     # (a model that saturates on both could still read the graph as a whole).
-    context = None if e <= FULL_CHECK_EDGES else with_context(c, n)
+    context = None if reference is not None or e <= FULL_CHECK_EDGES else with_context(c, n)
     with Pass(model, settings) as p:
         try:
-            check = p.plain(x, edge_index, kwargs) if context is None else \
-                p.plain(x[context.nodes], context.edge_index, slice_inputs(kwargs, context, n, e)[0])
+            check = reference if reference is not None else p.plain(x, edge_index, kwargs) if context is None \
+                else p.plain(x[context.nodes], context.edge_index, slice_inputs(kwargs, context, n, e)[0])
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
         inputs = slice_inputs(kwargs, c, n, e)[0]
