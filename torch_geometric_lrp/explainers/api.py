@@ -441,7 +441,7 @@ def _shares_reference(first: Cut, n: int, e: int, num_batches: int) -> bool:
     full graph anyway (at most ``FULL_CHECK_EDGES`` edges) or their checks,
     each about the size of the first batch's pass, cost more than one forward
     of the graph (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges).
-    The choice depends on the graph only."""
+    The choice depends on the graph and the targets, never on timings."""
     if num_batches < 2:
         return False
     return e <= core.FULL_CHECK_EDGES or \
