@@ -202,6 +202,10 @@ def test_explain_nodes_checks_its_batches_against_one_forward_of_the_graph(large
         assert len(plain) == 2 and max(plain) < n
     else:  # the graph's forward, once for both batches
         assert plain == [n]
+    plain.clear()
+    monkeypatch.setattr(lrp.explainers.api, "FULL_FORWARD_MAX", n)  # a graph too large to run whole
+    lrp.explain_nodes(model, x, edge_index, targets, batch_size=1)
+    assert len(plain) == n and (max(plain) < n if large else min(plain) == n)
 
 
 @pytest.mark.parametrize("strategy", ["copies", "shared"])

@@ -432,6 +432,11 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
 #: check of a cut (measured on a 3-layer GCN: 2x at 10k nodes, 6x at 300k;
 #: a large pass leaves the CPU caches).
 FULL_FORWARD_WEIGHT = 4
+#: Graphs with more nodes plus edges keep one check per batch: a forward of
+#: the whole graph would set the call's peak memory (about 2.5 GiB of
+#: float32 messages at hidden width 64 here), where the batches' passes are
+#: bounded by their own size.
+FULL_FORWARD_MAX = 10_000_000
 
 
 def _shares_reference(first: Cut, n: int, e: int, num_batches: int) -> bool:
@@ -440,9 +445,10 @@ def _shares_reference(first: Cut, n: int, e: int, num_batches: int) -> bool:
     where there are several batches and either every batch would run the
     full graph anyway (at most ``FULL_CHECK_EDGES`` edges) or their checks,
     each about the size of the first batch's pass, cost more than one forward
-    of the graph (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges).
-    The choice depends on the graph and the targets, never on timings."""
-    if num_batches < 2:
+    of the graph (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges),
+    up to :data:`FULL_FORWARD_MAX` nodes and edges. The choice depends on
+    the graph and the targets, never on timings."""
+    if num_batches < 2 or n + e > FULL_FORWARD_MAX:
         return False
     return e <= core.FULL_CHECK_EDGES or \
         num_batches * (first.num_nodes + first.edge_id.numel()) > FULL_FORWARD_WEIGHT * (n + e)
