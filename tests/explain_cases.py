@@ -388,18 +388,19 @@ def sparse_graph():
 
 
 class PassSizes(list):
-    """The number of nodes of every relevance pass (``Pass.forward``)."""
+    """The number of nodes of every call of a ``Pass`` method: the relevance
+    forwards (``Pass.forward``) or the plain checking forwards (``Pass.plain``)."""
 
 
-def spy_pass_sizes(monkeypatch) -> PassSizes:
+def spy_pass_sizes(monkeypatch, method: str = "forward") -> PassSizes:
     from torch_geometric_lrp.explainers import core
-    sizes, real = PassSizes(), core.Pass.forward
+    sizes, real = PassSizes(), getattr(core.Pass, method)
 
     def spy(self, x, *args, **kwargs):
         sizes.append(x.shape[0])
         return real(self, x, *args, **kwargs)
 
-    monkeypatch.setattr(core.Pass, "forward", spy)
+    monkeypatch.setattr(core.Pass, method, spy)
     return sizes
 
 

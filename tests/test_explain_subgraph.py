@@ -165,19 +165,6 @@ def test_model_that_is_not_local_is_explained_on_the_full_graph(check, cls, reas
     torch.testing.assert_close(nodes[0].node_mask, first.node_mask, rtol=0, atol=1e-5)
 
 
-def spy_plain_sizes(monkeypatch) -> list:
-    """Node counts of the plain (checking) forwards of the pass."""
-    from torch_geometric_lrp.explainers import core
-    sizes, real = [], core.Pass.plain
-
-    def spy(self, x, *args, **kwargs):
-        sizes.append(x.shape[0])
-        return real(self, x, *args, **kwargs)
-
-    monkeypatch.setattr(core.Pass, "plain", spy)
-    return sizes
-
-
 @pytest.mark.parametrize("large", [False, True])
 def test_explain_nodes_checks_its_batches_against_one_forward_of_the_graph(large, monkeypatch):
     """Many batches share one plain forward of the whole graph as the check
@@ -188,7 +175,7 @@ def test_explain_nodes_checks_its_batches_against_one_forward_of_the_graph(large
     model = build("gcn")
     x, edge_index = sparse_graph()
     n = x.shape[0]
-    plain = spy_plain_sizes(monkeypatch)
+    plain = spy_pass_sizes(monkeypatch, "plain")
     targets = torch.arange(n)  # every node, one per batch
     batched = lrp.explain_nodes(model, x, edge_index, targets, batch_size=1)
     assert plain == [n]
