@@ -16,6 +16,7 @@ from torch_geometric.nn import (ChebConv, GATConv, GCNConv, GINConv, GraphConv, 
 from torch_geometric.utils import degree
 
 import torch_geometric_lrp as lrp
+from torch_geometric_lrp.explainers import subgraph
 from explain_cases import (C, F_IN, GCN, GINE, HID, Model, NODE_MODELS, CachedGCN, Weighted, assert_conserved,
                            assert_same_explanation, build, lrp_explainer, one_thread_fixture, sparse_graph,
                            spy_pass_sizes)
@@ -270,6 +271,51 @@ def test_out_degree_normalisation_on_a_directed_graph(cls, pass_sizes):
         assert on_subgraph.score == pytest.approx(model(x, edge_index)[7].max().item(), rel=1e-5)
     assert pass_sizes[0] < x.shape[0]
     assert_same_explanation(on_subgraph, lrp.explain(model, x, edge_index, index=7, subgraph=False))
+
+
+# ---------------------------------------------------------------------------
+# Ring slots: one ring node stands for many outside nodes
+# ---------------------------------------------------------------------------
+def dense_directed_graph(n=300):
+    """Random directed edges (4 per node, not sorted by target): a 2-layer
+    model's cut has many outside neighbours per node, which share slots."""
+    g = torch.Generator().manual_seed(3)
+    return torch.randn(n, F_IN, generator=g), torch.randint(0, n, (2, 4 * n), generator=g)
+
+
+@pytest.mark.parametrize("cls", ["gcn", "gin", "gat", Cheb, OutDegree])
+def test_ring_slots_give_the_full_graphs_explanation(cls, pass_sizes):
+    torch.manual_seed(0)
+    model = build(cls) if isinstance(cls, str) else cls(C).eval()
+    x, edge_index = dense_directed_graph()
+    c = subgraph.cut(torch.tensor([7]), subgraph.count_hops(model), edge_index, x.shape[0],
+                     subgraph.message_flow(model))
+    spelled, _ = subgraph.spelled_out(c, edge_index)
+    assert 3 * c.num_nodes < spelled.num_nodes  # the slots stand for many outside nodes here
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+        on_cut = lrp.explain(model, x, edge_index, index=7)
+    assert pass_sizes[0] == c.num_nodes
+    assert_same_explanation(on_cut, lrp.explain(model, x, edge_index, index=7, subgraph=False))
+
+
+@pytest.mark.parametrize("strategy", ["copies", "shared"])
+def test_explain_nodes_lists_the_subgraph_as_the_input_has_it(strategy):
+    """Each ``Explanation`` of ``explain_nodes`` lists its subgraph with every
+    outside node, not the ring slots the pass ran on."""
+    model = build("gcn")
+    x, edge_index = dense_directed_graph()
+    targets = [7, 8, 7]
+    listed = lrp.explain_nodes(model, x, edge_index, torch.tensor(targets), strategy=strategy)
+    for ex, t in zip(listed, targets, strict=True):
+        spelled, _ = subgraph.spelled_out(subgraph.cut(torch.tensor([t]), 2, edge_index, x.shape[0]), edge_index)
+        assert torch.equal(ex.node_index, spelled.nodes) and torch.equal(ex.edge_id, spelled.edge_id)
+        assert torch.equal(ex.node_index[ex.edge_index], edge_index[:, ex.edge_id])
+        assert int(ex.node_index[ex.index]) == t and torch.equal(ex.x, x[ex.node_index])
+        one = lrp.explain(model, x, edge_index, index=t, subgraph=False)
+        torch.testing.assert_close(ex.node_mask, one.node_mask[ex.node_index], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(ex.edge_mask, one.edge_mask[ex.edge_id], rtol=1e-5, atol=1e-7)
+        assert ex.node_mask[spelled.ring].eq(0).all()
 
 
 # ---------------------------------------------------------------------------

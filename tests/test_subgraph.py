@@ -19,21 +19,40 @@ from torch_geometric_lrp.explainers import subgraph
 
 def test_worked_example_on_a_path():
     """0 - 1 - 2 - 3 - 4 - 5 (both directions) plus 6 -> 0 and 1 -> 7 (one
-    direction each). Target 0, one hop: the model reads 0, 1 and 6. Their
-    edges: 0-1, 1-2 both ways (1's in- and out-degree), 6 -> 0, and 1 -> 7
-    (1's out-degree). Ring: 2 and 7, there for the degrees only."""
+    direction each). Target 0, one hop: the model reads 0, 1 and 6, first in
+    the cut. Their edges: 0-1, 1-2 both ways (1's in- and out-degree),
+    6 -> 0, and 1 -> 7 (1's out-degree). Ring: 2 and 7, there for the degrees
+    only, after them (1's outside neighbours: slots 0 and 1)."""
     path = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5], [1, 0, 2, 1, 3, 2, 4, 3, 5, 4]])
     edge_index = torch.cat([path, torch.tensor([[6, 1], [0, 7]])], dim=1)
     c = subgraph.cut(torch.tensor([0]), 1, edge_index, 8)
-    assert c.nodes.tolist() == [0, 1, 2, 6, 7]
-    assert c.ring.tolist() == [False, False, True, False, True]
+    assert c.nodes.tolist() == [0, 1, 6, 2, 7]
+    assert c.ring.tolist() == [False, False, False, True, True]
     assert c.edge_id.tolist() == [0, 1, 2, 3, 10, 11]
-    assert c.edge_index.tolist() == [[0, 1, 1, 2, 3, 1], [1, 0, 2, 1, 0, 4]]
+    assert c.edge_index.tolist() == [[0, 1, 1, 3, 2, 1], [1, 0, 3, 1, 0, 4]]
     assert c.index.tolist() == [0]
-    # messages the other way: 6 only hears from the nodes it sends to
+    # messages the other way: 6 only hears from the nodes it sends to; ring: 1
     back = subgraph.cut(torch.tensor([6]), 1, edge_index, 8, flow="target_to_source")
-    assert back.nodes.tolist() == [0, 1, 6]
-    assert back.ring.tolist() == [False, True, False]
+    assert back.nodes.tolist() == [0, 6, 1]
+    assert back.ring.tolist() == [False, False, True]
+
+
+def test_worked_example_of_ring_slots():
+    """Target 0 hears from 1 and 2 (one hop); 1 hears from 3 and 4, 2 from 4
+    and 5 (outside). The outside neighbours of each inner node are numbered
+    in ascending order, and the k-th ones share ring node k: slot 0 stands
+    for 3 (of 1) and 4 (of 2), slot 1 for 4 (of 1) and 5 (of 2). Five nodes
+    instead of six, every edge kept, no two of them made parallel."""
+    edge_index = torch.tensor([[3, 1, 4, 2, 4, 5], [1, 0, 1, 0, 2, 2]])
+    c = subgraph.cut(torch.tensor([0]), 1, edge_index, 6)
+    assert c.nodes.tolist() == [0, 1, 2, 3, 4]  # a slot sits at the smallest node it stands for
+    assert c.ring.tolist() == [False, False, False, True, True]
+    assert c.edge_id.tolist() == [0, 1, 2, 3, 4, 5]
+    assert c.edge_index.tolist() == [[3, 1, 4, 2, 3, 4], [1, 0, 1, 0, 2, 2]]
+    full, inner = subgraph.spelled_out(c, edge_index)
+    assert full.nodes.tolist() == [0, 1, 2, 3, 4, 5] and inner.tolist() == [0, 1, 2]
+    assert torch.equal(full.nodes[full.edge_index], edge_index)
+    assert full.ring.tolist() == [False, False, False, True, True, True] and full.index.tolist() == [0]
 
 
 @pytest.mark.parametrize("flow", ["source_to_target", "target_to_source"])
@@ -49,29 +68,40 @@ def test_the_cut_is_every_edge_touching_the_l_hop_nodes(seed, hops, flow):
     touching = [k for k in range(edge_index.shape[1])
                 if int(edge_index[0, k]) in inner or int(edge_index[1, k]) in inner]
     assert c.edge_id.tolist() == touching
-    ends = set(edge_index[:, touching].reshape(-1).tolist())
-    assert c.nodes.tolist() == sorted(inner | ends)
-    assert torch.equal(c.nodes[c.edge_index], edge_index[:, c.edge_id])
+    assert c.nodes[~c.ring].tolist() == sorted(inner) and not c.ring[:len(inner)].any()  # inner nodes first
     assert torch.equal(c.nodes[c.index], targets)
-    assert set(c.nodes[~c.ring].tolist()) == inner
+    # every inner node keeps its edges, and so its in- and out-degree
+    ends, kept = c.nodes[c.edge_index], edge_index[:, c.edge_id]
+    assert torch.equal(torch.where(c.ring[c.edge_index], -1, ends), torch.where(c.ring[c.edge_index], -1, kept))
+    assert not (c.ring[c.edge_index[0]] & c.ring[c.edge_index[1]]).any()  # no edge inside the ring
+    pairs = {tuple(p) for p in kept.t().tolist()}
+    assert len({tuple(p) for p in c.edge_index.t().tolist()}) == len(pairs)  # no two edges made parallel
+    slots = max((len({o for o in (a if b == k else b for a, b in pairs if k in (a, b)) if o not in inner})
+                 for k in inner), default=0)
+    assert int(c.ring.sum()) == slots  # as many ring nodes as the most outside neighbours of one node
+    # spelled out, the ring is every end of those edges outside S_L
+    full, _ = subgraph.spelled_out(c, edge_index)
+    assert full.nodes.tolist() == sorted(inner | set(kept.reshape(-1).tolist()))
+    assert torch.equal(full.nodes[full.edge_index], kept) and torch.equal(full.nodes[full.index], targets)
+    assert set(full.nodes[~full.ring].tolist()) == inner
 
 
 def test_with_context_puts_other_nodes_in_front():
     edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
-    c = subgraph.cut(torch.tensor([3]), 1, edge_index, 8)  # reads 2, 3; ring 1, 4
-    assert c.nodes.tolist() == [1, 2, 3, 4]
-    context = subgraph.with_context(c, 8)  # ceil(4 / 8) = 1 extra node
-    assert context.nodes.tolist() == [0, 1, 2, 3, 4]  # a node outside the cut first
+    c = subgraph.cut(torch.tensor([3]), 1, edge_index, 8)  # reads 2, 3; one ring slot for 1 (of 2) and 4 (of 3)
+    assert c.nodes.tolist() == [2, 3, 1]
+    context = subgraph.with_context(c, 8)  # ceil(3 / 8) = 1 extra node
+    assert context.nodes.tolist() == [0, 2, 3, 1]  # a node outside the cut first
     assert torch.equal(context.nodes[context.edge_index], c.nodes[c.edge_index])  # the same edges, no others
     assert context.nodes[context.index].tolist() == [3]
     path = torch.stack([torch.arange(19), torch.arange(1, 20)])
-    big = subgraph.cut(torch.tensor([9]), 7, path, 20)  # reads 2..9; ring 1, 10: 10 nodes
-    assert big.num_nodes == 10
-    small = subgraph.with_context(big, 20)  # ceil(10 / 8) = 2 nodes outside the cut
-    assert small.nodes.tolist()[:2] == [0, 11]
-    few = subgraph.with_context(big, 12)  # only node 0 and 11 are outside: enough here
-    assert few.nodes.tolist()[:2] == [0, 11]
-    tiny = subgraph.with_context(big, 11)  # one node outside (0), then the cut's own first node again
+    big = subgraph.cut(torch.tensor([9]), 7, path, 20)  # reads 2..9; one ring slot for 1 and 10: 9 nodes
+    assert big.num_nodes == 9
+    small = subgraph.with_context(big, 20)  # ceil(9 / 8) = 2 nodes outside the cut
+    assert small.nodes.tolist()[:2] == [0, 10]
+    few = subgraph.with_context(big, 11)  # only node 0 and 10 are outside: enough here
+    assert few.nodes.tolist()[:2] == [0, 10]
+    tiny = subgraph.with_context(big, 10)  # one node outside (0), then a node of the cut again
     assert tiny.nodes.tolist()[:2] == [0, 1]
 
 
@@ -88,13 +118,13 @@ def test_disjoint_union():
 def test_slice_inputs():
     edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
     c = subgraph.cut(torch.tensor([1]), 0, edge_index, 4)  # node 1 and its edges 0 -> 1, 1 -> 2
-    assert c.nodes.tolist() == [0, 1, 2] and c.edge_id.tolist() == [0, 1]
+    assert c.nodes.tolist() == [1, 0, 2] and c.edge_id.tolist() == [0, 1]  # ring slots 0 and 2 after it
     kwargs = dict(edge_weight=torch.arange(4.0), edge_attr=torch.arange(8.0).view(4, 2), batch=torch.arange(4),
                   flag=True, scale=torch.tensor(2.0), dense=torch.zeros(4, 4), weights=torch.ones(5))
     out, unknown = subgraph.slice_inputs(kwargs, c, num_nodes=4, num_edges=4)
     assert out["edge_weight"].tolist() == [0.0, 1.0]
     assert out["edge_attr"].tolist() == [[0.0, 1.0], [2.0, 3.0]]
-    assert out["batch"].tolist() == [0, 1, 2]
+    assert out["batch"].tolist() == [1, 0, 2]
     assert out["flag"] is True and out["scale"] is kwargs["scale"]
     assert out["dense"] is kwargs["dense"] and out["weights"] is kwargs["weights"]
     assert unknown == ["dense", "weights"]
@@ -102,15 +132,15 @@ def test_slice_inputs():
 
 def test_reaches_ring():
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
-    c = subgraph.cut(torch.tensor([3]), 1, edge_index, 4)  # 1 -> 2 -> 3; ring: node 1
-    assert c.nodes.tolist() == [1, 2, 3] and c.ring.tolist() == [True, False, False]
+    c = subgraph.cut(torch.tensor([3]), 1, edge_index, 4)  # 1 -> 2 -> 3; ring: node 1, last
+    assert c.nodes.tolist() == [2, 3, 1] and c.ring.tolist() == [False, False, True]
     node = torch.zeros(3, 2)
     edge = torch.zeros(2)
     assert not subgraph.reaches_ring(c, node, edge)
     assert subgraph.reaches_ring(c, node, torch.tensor([1e-30, 0.0]))  # edge 1 -> 2 touches the ring
-    node[0, 1] = -2.0
+    node[2, 1] = -2.0
     assert subgraph.reaches_ring(c, node, edge)
-    assert subgraph.reaches_ring(c, torch.zeros(3, 2), edge, self_loops=torch.tensor([1.0, 0.0, 0.0]))
+    assert subgraph.reaches_ring(c, torch.zeros(3, 2), edge, self_loops=torch.tensor([0.0, 0.0, 1.0]))
 
 
 def test_count_hops():
@@ -127,17 +157,26 @@ FIELDS = ["nodes", "edge_id", "edge_index", "index", "ring"]
 
 def definition(index, hops, edge_index, n, flow):
     """The cut as the module docstring defines it, from PyG's k_hop_subgraph
-    and one mask over the edge list."""
+    and one mask over the edge list, its ring slots numbered by explicit
+    loops."""
     reads = torch.zeros(n, dtype=torch.bool)
     reads[k_hop_subgraph(index, hops, edge_index, num_nodes=n, flow=flow)[0]] = True
     edge_id = (reads[edge_index[0]] | reads[edge_index[1]]).nonzero().view(-1)
-    keep = reads.clone()
-    keep[edge_index[:, edge_id].reshape(-1)] = True
-    nodes = keep.nonzero().view(-1)
-    relabel = torch.full((n,), -1)
-    relabel[nodes] = torch.arange(nodes.numel())
-    return subgraph.Cut(nodes=nodes, edge_id=edge_id, edge_index=relabel[edge_index[:, edge_id]],
-                        index=relabel[index], ring=~reads[nodes])
+    ends = edge_index[:, edge_id].t().tolist()
+    inner = reads.nonzero().view(-1).tolist()
+    slot = {}  # (inner node, outside neighbour) -> slot
+    for k in inner:
+        outside = sorted({b if a == k else a for a, b in ends if k in (a, b)} - set(inner))
+        slot.update({(k, o): s for s, o in enumerate(outside)})
+    num_slots = max(slot.values(), default=-1) + 1
+    nodes = inner + [min(o for (_, o), s in slot.items() if s == t) for t in range(num_slots)]
+    where = {v: k for k, v in enumerate(inner)}
+    edges = [[where[a] if reads[a] else len(inner) + slot[(b, a)],
+              where[b] if reads[b] else len(inner) + slot[(a, b)]] for a, b in ends]
+    return subgraph.Cut(nodes=torch.tensor(nodes, dtype=torch.long), edge_id=edge_id,
+                        edge_index=torch.tensor(edges, dtype=torch.long).view(-1, 2).t(),
+                        index=torch.tensor([nodes.index(int(t)) for t in index], dtype=torch.long),
+                        ring=~reads[torch.tensor(nodes, dtype=torch.long)])
 
 
 def assert_same_cut(a, b):
@@ -151,13 +190,13 @@ def test_cut_each_worked_example():
     path = torch.tensor([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5], [1, 0, 2, 1, 3, 2, 4, 3, 5, 4]])
     edge_index = torch.cat([path, torch.tensor([[6, 1], [0, 7]])], dim=1)
     union, node_starts, edge_starts = subgraph.cut_each(torch.tensor([0, 6, 0]), 1, edge_index, 8)
-    # 0 reads 1 and 6 (nodes 0, 1, 2, 6, 7); 6 reads nothing (6 and its edge 6 -> 0)
-    assert union.nodes.tolist() == [0, 1, 2, 6, 7] + [0, 6] + [0, 1, 2, 6, 7]
+    # 0 reads 1 and 6 (ring: 2 and 7, 1's outside neighbours); 6 reads nothing (6 and its edge 6 -> 0)
+    assert union.nodes.tolist() == [0, 1, 6, 2, 7] + [6, 0] + [0, 1, 6, 2, 7]
     assert node_starts == [0, 5, 7] and edge_starts == [0, 6, 7]
     assert union.edge_id.tolist() == [0, 1, 2, 3, 10, 11] + [10] + [0, 1, 2, 3, 10, 11]
-    assert union.index.tolist() == [0, 6, 7]
-    assert union.ring.tolist() == [False, False, True, False, True] + [True, False] \
-        + [False, False, True, False, True]
+    assert union.index.tolist() == [0, 5, 7]
+    assert union.ring.tolist() == [False, False, False, True, True] + [False, True] \
+        + [False, False, False, True, True]
     assert torch.equal(union.nodes[union.edge_index], edge_index[:, union.edge_id])
 
 

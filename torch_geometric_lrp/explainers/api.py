@@ -15,10 +15,10 @@ from tqdm.auto import tqdm
 from ..rules import Rule
 from . import distributed as shard
 from . import core
-from .core import (Relevance, Settings, _materialize, explain_rows, fall_back, full_output, input_total,
-                   explanation_of, on_cut, on_graph)
+from .core import (Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
+                   full_output, input_total, on_cut, on_graph)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
-                       split)
+                       spelled_out, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
 
@@ -526,12 +526,18 @@ def _on_union(model, x: Tensor, edge_index: Tensor, kwargs: dict, union: Cut, ow
     if settings.mode is None:
         settings.mode = results[0].mode
     parts = []
+    union_inner = (~union.ring).nonzero().view(-1)  # the nodes of S_L, ascending (as a cut's edges are)
     for t, c, r in zip(chunk.tolist(), own, results):
-        nodes = torch.searchsorted(union.nodes, c.nodes)     # both ascending: a cut's nodes and edges are sorted
+        inner = (~c.ring).nonzero().view(-1)
+        # a target's own ring stands for other outside nodes than the union's:
+        # its relevance is taken on its own inner nodes, the ring's is 0
+        nodes = union_inner[torch.searchsorted(union.nodes[union_inner], c.nodes[inner])]
         edges = torch.searchsorted(union.edge_id, c.edge_id)
-        part = _Part(t, c, r.node[nodes], _rows(r.edge, edges), _rows(r.self_loops, nodes),
-                     _rows(r.edge_attr, edges), r.score, (r.absorbed, r.lost), r.target[0],
-                     _rows(r.embedding, nodes))
+
+        def own(values: Optional[Tensor]) -> Optional[Tensor]:
+            return _spread(_rows(values, nodes), inner, c.num_nodes)
+        part = _Part(t, c, own(r.node), _rows(r.edge, edges), own(r.self_loops), _rows(r.edge_attr, edges),
+                     r.score, (r.absorbed, r.lost), r.target[0], own(r.embedding))
         if _outside(r, nodes, edges) or reaches_ring(c, part.relevance, part.edge, part.edge_attr, part.self_loops):
             fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
                              "applied more often than it appears, or a pooling fed back to the nodes)")
@@ -559,9 +565,17 @@ def _rows(values: Optional[Tensor], where: Union[slice, Tensor]) -> Optional[Ten
 
 def _explanation(part: _Part, x: Tensor, edge_index: Tensor, mask: str) -> Explanation:
     """The ``Explanation`` of one target, on its subgraph (or the whole graph)."""
-    ex = explanation_of(part.relevance, part.edge, part.self_loops, part.edge_attr, part.score, part.accounting,
-                        MaskType.attributes, MaskType.object, mask, embedding=part.embedding)
     c = part.cut
+    relevance, self_loops, embedding = part.relevance, part.self_loops, part.embedding
+    if c is not None:
+        # the subgraph as the input has it: each ring node of the cut stands
+        # for several outside nodes, which the explanation lists one by one
+        c, inner = spelled_out(c, edge_index)
+        ring = part.cut.ring
+        relevance, self_loops, embedding = (_spread(_rows(v, ~ring), inner, c.num_nodes)
+                                            for v in (relevance, self_loops, embedding))
+    ex = explanation_of(relevance, part.edge, self_loops, part.edge_attr, part.score, part.accounting,
+                        MaskType.attributes, MaskType.object, mask, embedding=embedding)
     if c is None:
         ex.node_index = torch.arange(x.shape[0], device=x.device)
         ex.edge_id = torch.arange(edge_index.shape[1], device=edge_index.device)
@@ -584,9 +598,10 @@ def _sparse(parts: Iterator[_Part], index: Tensor, num_nodes: int, num_edges: in
         dtype = part.relevance.dtype
         c = part.cut
         device = part.relevance.device
-        node_ids = torch.arange(num_nodes, device=device) if c is None else c.nodes
+        # the cut's inner nodes, ascending (its ring has no relevance: checked)
+        node_ids = torch.arange(num_nodes, device=device) if c is None else c.nodes[~c.ring]
         edge_ids = torch.arange(num_edges, device=device) if c is None else c.edge_id
-        nodes.add(node_ids, show(part.relevance.sum(dim=-1)))
+        nodes.add(node_ids, show(part.relevance.sum(dim=-1) if c is None else part.relevance[~c.ring].sum(dim=-1)))
         edges.add(edge_ids, None if part.edge is None else show(part.edge))
         edge_attrs.add(edge_ids, None if part.edge_attr is None else show(part.edge_attr.sum(dim=-1)))
         targets.append(part.target)

@@ -14,8 +14,20 @@ touches ``S_L``:
 
 On an undirected graph this is the ``L + 1``-hop subgraph without the edges
 among the outermost nodes. The nodes of ``V_cut`` outside ``S_L`` (the *ring*)
-are there for the degrees only: a model that is local in ``L`` hops gives them
-no relevance.
+are there for the degrees only: a model that is local in ``L`` hops reads
+neither their features nor their outputs, and gives them no relevance.
+
+So the ring is kept small. The outside neighbours of each node ``k`` of
+``S_L`` are numbered ``0, 1, ...`` in ascending order, and the edges between
+``k`` and its ``s``-th one, either way, end at *ring slot* ``s``: one ring
+node per slot, standing for every outside node that has that number for some
+``k`` (at the position of the smallest). Every node of ``S_L`` keeps its
+edges, and so its in- and out-degrees, no two edges become parallel, and the
+ring has as many nodes as the most outside neighbours of one node of
+``S_L``, not as many as all of them: on a graph with 10 edges per node and a
+3-layer model, about 1,500 nodes instead of 20,000. In a cut, the nodes of
+``S_L`` come first (ascending), then the slots; :func:`spelled_out` lists
+the subgraph with every outside node, as the explanations show it.
 
 Two things a cut cannot see, so the callers check both:
 
@@ -48,7 +60,7 @@ from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
 from torch_geometric.utils import cumsum
 
 __all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "slice_inputs",
-           "reaches_ring", "count_hops", "message_flow"]
+           "reaches_ring", "count_hops", "message_flow", "spelled_out"]
 
 
 def count_hops(model: torch.nn.Module) -> int:
@@ -77,10 +89,12 @@ class Cut:
     """Some nodes of a graph and the edges among them, as a graph of its own.
 
     ``nodes`` are positions in the input graph (a position may repeat when
-    the cut holds several copies of a node), ``edge_id`` the input edges kept,
-    ``edge_index`` those edges relabelled to positions in ``nodes``, ``index``
-    the targets' positions in ``nodes`` and ``ring`` marks the nodes that are
-    there for the degrees only.
+    the cut holds several copies of a node; a ring slot has the position of
+    one of the outside nodes it stands for), ``edge_id`` the input edges kept,
+    ``edge_index`` those edges relabelled to positions in ``nodes`` (the end
+    of an edge outside ``S_L`` at its ring slot), ``index`` the targets'
+    positions in ``nodes`` and ``ring`` marks the ring slots, there for the
+    degrees only.
     """
 
     nodes: Tensor
@@ -200,16 +214,63 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
     edges = torch.unique(torch.cat(touching))
     edge_group, edge_id = edges // e, edges % e
     ends = edge_group * n + graph.edge_index[:, edge_id]
-    nodes, position = torch.unique(torch.cat([group * n + index, ends.view(-1), reads]), return_inverse=True)
+    # Re-keyed with room for the ring slots: node v of group g is g * b + v,
+    # ring slot s of group g is g * b + n + s (after the group's nodes).
+    slot, ring_ends = _ring_slots(ends, reads)
+    b = n + (int(slot.max()) + 1 if slot.numel() else 0)
+    keys = ends // n * b + torch.where(ring_ends, n + slot, ends % n)
+    nodes, position = torch.unique(torch.cat([group * b + index, keys.view(-1), reads // n * b + reads % n]),
+                                   return_inverse=True)
     edge_index = position[index.numel():index.numel() + ends.numel()].view_as(ends)
-    union = Cut(nodes=nodes % n, edge_id=edge_id, edge_index=edge_index, index=position[:index.numel()],
-                ring=~torch.isin(nodes, reads))
-    return union, _first(nodes // n, num_groups), _first(edge_group, num_groups)
+    local = nodes % b
+    ring = local >= n
+    # a ring slot's position: the smallest outside node it stands for (a
+    # model local in L hops never reads its features: the checks prove it)
+    stands_for = torch.full_like(nodes, n).scatter_reduce_(0, edge_index[ring_ends], ends[ring_ends] % n,
+                                                           reduce="amin")
+    union = Cut(nodes=torch.where(ring, stands_for, local), edge_id=edge_id, edge_index=edge_index,
+                index=position[:index.numel()], ring=ring)
+    return union, _first(nodes // b, num_groups), _first(edge_group, num_groups)
+
+
+def _ring_slots(ends: Tensor, reads: Tensor) -> tuple[Tensor, Tensor]:
+    """The ring slot of each edge end outside ``reads`` (node keys, sorted):
+    the outside neighbours of each node ``k`` of ``reads`` are numbered 0,
+    1, ... in ascending order, and the edges between ``k`` and its ``s``-th
+    outside neighbour, either way, get slot ``s``. Returns the slots
+    (``[2, m]`` like ``ends``, 0 at the ends inside) and the mask of the
+    ends outside."""
+    outside = ~torch.isin(ends, reads)
+    slot = torch.zeros_like(ends)
+    ring_edge = outside.any(dim=0)  # an edge touches reads: at most one end is outside
+    if not bool(ring_edge.any()):
+        return slot, outside
+    pair = ends[:, ring_edge]
+    out_first = outside[0, ring_edge]
+    inner = torch.searchsorted(reads, torch.where(out_first, pair[1], pair[0]))
+    ring_keys, ring = torch.unique(torch.where(out_first, pair[0], pair[1]), return_inverse=True)
+    size = ring_keys.numel()
+    pairs, which = torch.unique(inner * size + ring, return_inverse=True)  # sorted by inner node
+    rank = torch.arange(pairs.numel(), device=pairs.device) - torch.searchsorted(pairs, pairs // size * size)
+    slot[:, ring_edge] = rank[which] * outside[:, ring_edge]
+    return slot, outside
 
 
 def _first(group: Tensor, num_groups: int) -> list[int]:
     """The first position of each group in a sorted ``group``."""
     return cumsum(torch.bincount(group, minlength=num_groups))[:-1].tolist()
+
+
+def spelled_out(c: Cut, edge_index: Tensor) -> tuple[Cut, Tensor]:
+    """The one-copy cut ``c`` with its ring spelled out, one ring node per
+    outside node (the subgraph of the input that ``c`` stands for, nodes in
+    ascending order), and the positions of ``c``'s inner nodes in it."""
+    inner = c.nodes[~c.ring]
+    ends = edge_index[:, c.edge_id]
+    nodes = torch.unique(torch.cat([inner, ends.reshape(-1)]))
+    full = Cut(nodes=nodes, edge_id=c.edge_id, edge_index=torch.searchsorted(nodes, ends),
+               index=torch.searchsorted(nodes, c.nodes[c.index]), ring=~torch.isin(nodes, inner))
+    return full, torch.searchsorted(nodes, inner)
 
 
 def disjoint_union(cuts: list[Cut]) -> tuple[Cut, list[int], list[int]]:
