@@ -6,12 +6,15 @@ ratios:
 
 1. **Cutting** the targets' computation subgraphs (``count_hops = 3``):
    ``scan``, the cut as ``explain_nodes`` made it before: PyG's
-   ``k_hop_subgraph`` and a mask over the whole edge list, per target; against
-   ``cut_each``, the cuts of ``--batch-size`` targets at once from one
-   ``Incidence`` (the edges sorted once per call, its cost counted in).
-   Alternately, median of ``--repeats``; milliseconds per target.
+   ``k_hop_subgraph`` and a mask over the whole edge list, per target, with
+   every outside node in the cut; against ``cut_each``, the cuts of
+   ``--batch-size`` targets at once from one ``Incidence`` (the edges sorted
+   once per call, its cost counted in), with ring slots (each cut, spelled
+   out, must equal the scan's). Alternately, median of ``--repeats``;
+   milliseconds per target; nodes per cut with ring slots and spelled out.
 2. **explain_nodes** on ``--targets`` targets (``--explain-batch`` per pass):
-   with the ``scan`` cut patched in (what the previous version did), and as it
+   with the ``scan`` cut patched in (what the previous versions did: a scan
+   per target, every outside node in the pass), and as it
    is now with ``output='list'`` and ``output='sparse'``, alternately, median
    of ``--explain-repeats``; targets per second, the peak extra resident
    memory of a call (VmHWM), the memory the result holds (views of the
@@ -145,16 +148,21 @@ def main() -> None:
 
     # 1. cutting
     cut_targets = targets[:args.cut_targets]
-    union = batched_cuts(cut_targets[:args.batch_size], edge_index, n, args.batch_size)[0][0]
-    scanned = scan_cut_each(cut_targets[:args.batch_size], 3, edge_index, n)[0]
-    for name in ("nodes", "edge_id", "edge_index", "index", "ring"):
-        assert torch.equal(getattr(union, name), getattr(scanned, name)), name
+    union, node_starts, edge_starts = batched_cuts(cut_targets[:args.batch_size], edge_index, n, args.batch_size)[0]
+    spelled = 0
+    for t, c in zip(cut_targets[:args.batch_size], subgraph.split(union, node_starts, edge_starts)):
+        full, _ = subgraph.spelled_out(c, edge_index)
+        scanned = scan_cut(t.view(1), 3, edge_index, n)
+        for name in ("nodes", "edge_id", "edge_index", "index", "ring"):
+            assert torch.equal(getattr(full, name), getattr(scanned, name)), name
+        spelled += full.num_nodes
     t_scan, t_batched = timed_pair(lambda: [scan_cut(t.view(1), 3, edge_index, n) for t in cut_targets],
                                     lambda: batched_cuts(cut_targets, edge_index, n, args.batch_size), args.repeats)
     t_incidence = statistics.median(
         [measured(lambda: subgraph.Incidence(edge_index, n))[0] for _ in range(args.repeats)])
     per = args.cut_targets
     cut_rows = [[f"{n:,} / {10 * n:,}", f"{per}", f"{union.num_nodes / args.batch_size:,.0f}",
+                 f"{spelled / args.batch_size:,.0f}",
                  f"{union.edge_id.numel() / args.batch_size:,.0f}", f"{1e3 * t_scan / per:.2f}",
                  f"{1e3 * t_batched / per:.2f}", f"{t_scan / t_batched:.1f}x", f"{1e3 * t_incidence:.0f}",
                  f"{t_scan / per * n / 60:.1f} / {(t_batched / per * n) / 60:.1f}"]]
@@ -162,7 +170,7 @@ def main() -> None:
     # 2. explain_nodes
     chosen = targets[:args.targets]
     run = dict(batch_size=args.explain_batch, progress=False)
-    runs = {"before (scan cut per target), list": lambda: with_scan_cut(
+    runs = {"before (scan cut per target, ring spelled out), list": lambda: with_scan_cut(
                 lambda: lrp.explain_nodes(model, x, edge_index, chosen, **run)),
             "list": lambda: lrp.explain_nodes(model, x, edge_index, chosen, **run),
             "sparse": lambda: lrp.explain_nodes(model, x, edge_index, chosen, output="sparse", **run)}
@@ -198,9 +206,10 @@ def main() -> None:
         "What is measured: see the docstring of `benchmarks/explain_all.py`.", "",
         f"## Cutting the computation subgraphs ({args.cut_targets} targets, batches of {args.batch_size}, "
         f"median of {args.repeats}, run alternately)", "",
-        "| nodes / edges | targets | nodes per cut | edges per cut | scan ms/target | cut_each ms/target "
-        "| speed-up | Incidence ms (once per call) | every node: scan / cut_each (min) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| nodes / edges | targets | nodes per cut | nodes per cut, ring spelled out | edges per cut "
+        "| scan ms/target | cut_each ms/target | speed-up | Incidence ms (once per call) "
+        "| every node: scan / cut_each (min) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *["| " + " | ".join(r) + " |" for r in cut_rows], "",
         f"## explain_nodes ({args.targets} targets, batch_size={args.explain_batch}, median of "
         f"{args.explain_repeats}, run alternately)", "",

@@ -298,7 +298,7 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     n, e = x.shape[0], edge_index.shape[1]
     if index < n:
         c = cut(torch.tensor([index], device=x.device), count_hops(model), edge_index, n, message_flow(model))
-        if 2 * c.num_nodes <= n and not slice_inputs(kwargs, c, n, e)[1]:
+        if 2 * (c.num_nodes + c.edge_id.numel()) <= n + e and not slice_inputs(kwargs, c, n, e)[1]:
             result = _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, body, c)
             if result is not None:
                 return result

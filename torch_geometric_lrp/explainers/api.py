@@ -206,10 +206,10 @@ OUTPUTS = ("list", "sparse")
 STRATEGIES = ("auto", "copies", "shared")
 #: For ``strategy='auto'``, measured with ``benchmarks/explain_shared.py``
 #: (3-layer GCN, 2 CPU cores): a node or edge of the disjoint copies costs
-#: about 6x (3-8x) what it costs in one backward over the union, and a
-#: backward pass has a fixed cost (hooks, Python) of about as much as 2000
-#: nodes and edges.
-COPIES_WEIGHT = 6
+#: about 4x (3-5x; cuts with ring slots, mostly edges) what it costs in one
+#: backward over the union, and a backward pass has a fixed cost (hooks,
+#: Python) of about as much as 2000 nodes and edges.
+COPIES_WEIGHT = 4
 BACKWARD_OVERHEAD = 2000
 #: For ``strategy='auto'``: the most nodes and edges one pass of disjoint
 #: copies holds. Past about this size (hidden width 64) the pass's tensors

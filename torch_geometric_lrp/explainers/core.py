@@ -358,9 +358,9 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
             and (not rows.numel() or int(rows.max()) < n):
         e = edge_index.shape[1]
         c = cut(rows, count_hops(model), edge_index, n, message_flow(model))
-        # The cut's check forward runs on about twice the cut's nodes: past half
-        # the graph, the full graph's one pass is as cheap and needs no check.
-        if 2 * c.num_nodes <= n and not slice_inputs(kwargs, c, n, e)[1]:
+        # The cut costs a pass and its check, each about the cut's size in nodes
+        # and edges: past half the graph, the full graph's one pass is as cheap.
+        if 2 * (c.num_nodes + c.edge_id.numel()) <= n + e and not slice_inputs(kwargs, c, n, e)[1]:
             result = on_cut(model, x, edge_index, kwargs, c, rows, target, settings)
             if result is not None:
                 return replace(result, total=input_total(result.node, result.edge_attr),
