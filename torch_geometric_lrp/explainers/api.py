@@ -533,11 +533,10 @@ def _on_union(model, x: Tensor, edge_index: Tensor, kwargs: dict, union: Cut, ow
         # its relevance is taken on its own inner nodes, the ring's is 0
         nodes = union_inner[torch.searchsorted(union.nodes[union_inner], c.nodes[inner])]
         edges = torch.searchsorted(union.edge_id, c.edge_id)
-
-        def own(values: Optional[Tensor]) -> Optional[Tensor]:
-            return _spread(_rows(values, nodes), inner, c.num_nodes)
-        part = _Part(t, c, own(r.node), _rows(r.edge, edges), own(r.self_loops), _rows(r.edge_attr, edges),
-                     r.score, (r.absorbed, r.lost), r.target[0], own(r.embedding))
+        node, self_loops, embedding = (_spread(_rows(v, nodes), inner, c.num_nodes)
+                                       for v in (r.node, r.self_loops, r.embedding))
+        part = _Part(t, c, node, _rows(r.edge, edges), self_loops, _rows(r.edge_attr, edges), r.score,
+                     (r.absorbed, r.lost), r.target[0], embedding)
         if _outside(r, nodes, edges) or reaches_ring(c, part.relevance, part.edge, part.edge_attr, part.self_loops):
             fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
                              "applied more often than it appears, or a pooling fed back to the nodes)")

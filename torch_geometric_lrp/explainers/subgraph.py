@@ -210,13 +210,22 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
         found = torch.unique(frontier[owner] // n * n + graph.edge_index[1 - reader, edge])
         frontier = found[~torch.isin(found, reads)]
         reads = torch.sort(torch.cat([reads, frontier])).values
-    touching = [reads[owner] // n * e + edge for owner, edge in (graph.edges(reads % n, end) for end in (0, 1))]
-    edges = torch.unique(torch.cat(touching))
+    # the edges touching S_L, found at their source (tag 0) and at their
+    # target (tag 1): an edge found once has its other end outside S_L
+    touching = [(reads[owner] // n * e + edge) * 2 + end
+                for end, (owner, edge) in enumerate(graph.edges(reads % n, end) for end in (0, 1))]
+    tagged = torch.sort(torch.cat(touching)).values
+    first = torch.ones_like(tagged, dtype=torch.bool)
+    first[1:] = tagged[1:] // 2 != tagged[:-1] // 2
+    starts = first.nonzero().view(-1)
+    once = torch.diff(starts, append=starts.new_tensor([tagged.numel()])) == 1
+    edges, found_at = tagged[starts] // 2, tagged[starts] % 2
     edge_group, edge_id = edges // e, edges % e
     ends = edge_group * n + graph.edge_index[:, edge_id]
+    ring_ends = torch.stack([once & (found_at == 1), once & (found_at == 0)])
     # Re-keyed with room for the ring slots: node v of group g is g * b + v,
     # ring slot s of group g is g * b + n + s (after the group's nodes).
-    slot, ring_ends = _ring_slots(ends, reads)
+    slot = _ring_slots(ends, ring_ends, n)
     b = n + (int(slot.max()) + 1 if slot.numel() else 0)
     keys = ends // n * b + torch.where(ring_ends, n + slot, ends % n)
     nodes, position = torch.unique(torch.cat([group * b + index, keys.view(-1), reads // n * b + reads % n]),
@@ -233,27 +242,31 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
     return union, _first(nodes // b, num_groups), _first(edge_group, num_groups)
 
 
-def _ring_slots(ends: Tensor, reads: Tensor) -> tuple[Tensor, Tensor]:
-    """The ring slot of each edge end outside ``reads`` (node keys, sorted):
-    the outside neighbours of each node ``k`` of ``reads`` are numbered 0,
-    1, ... in ascending order, and the edges between ``k`` and its ``s``-th
-    outside neighbour, either way, get slot ``s``. Returns the slots
-    (``[2, m]`` like ``ends``, 0 at the ends inside) and the mask of the
-    ends outside."""
-    outside = ~torch.isin(ends, reads)
+def _ring_slots(ends: Tensor, outside: Tensor, n: int) -> Tensor:
+    """The ring slot of each edge end outside ``S_L`` (``outside``; ends are
+    node keys ``group * n + v``): the outside neighbours of each node ``k``
+    of ``S_L`` are numbered 0, 1, ... in ascending order, and the edges
+    between ``k`` and its ``s``-th outside neighbour, either way, get slot
+    ``s``. Returns the slots, ``[2, m]`` like ``ends`` (0 at the ends inside)."""
     slot = torch.zeros_like(ends)
-    ring_edge = outside.any(dim=0)  # an edge touches reads: at most one end is outside
+    ring_edge = outside.any(dim=0)  # an edge touches S_L: at most one end is outside
     if not bool(ring_edge.any()):
-        return slot, outside
-    pair = ends[:, ring_edge]
+        return slot
     out_first = outside[0, ring_edge]
-    inner = torch.searchsorted(reads, torch.where(out_first, pair[1], pair[0]))
-    ring_keys, ring = torch.unique(torch.where(out_first, pair[0], pair[1]), return_inverse=True)
-    size = ring_keys.numel()
-    pairs, which = torch.unique(inner * size + ring, return_inverse=True)  # sorted by inner node
-    rank = torch.arange(pairs.numel(), device=pairs.device) - torch.searchsorted(pairs, pairs // size * size)
-    slot[:, ring_edge] = rank[which] * outside[:, ring_edge]
-    return slot, outside
+    inner = torch.where(out_first, ends[1, ring_edge], ends[0, ring_edge])
+    neighbour = torch.where(out_first, ends[0, ring_edge], ends[1, ring_edge]) % n
+    key, order = torch.sort(inner * n + neighbour)  # by k, then by neighbour
+    start = torch.ones_like(key, dtype=torch.bool)  # the first edge of a k
+    new = torch.ones_like(start)  # the first edge of a (k, neighbour) pair
+    start[1:] = key[1:] // n != key[:-1] // n
+    new[1:] = key[1:] != key[:-1]
+    pairs = torch.cumsum(new, 0)  # pairs so far, this one included
+    firsts = start.nonzero().view(-1)
+    before = (pairs[firsts] - 1).repeat_interleave(torch.diff(firsts, append=firsts.new_tensor([key.numel()])))
+    slots = torch.empty_like(key)
+    slots[order] = pairs - 1 - before
+    slot[:, ring_edge] = slots * outside[:, ring_edge]
+    return slot
 
 
 def _first(group: Tensor, num_groups: int) -> list[int]:
