@@ -25,7 +25,7 @@ node per slot, standing for every outside node that has that number for some
 edges, and so its in- and out-degrees, no two edges become parallel, and the
 ring has as many nodes as the most outside neighbours of one node of
 ``S_L``, not as many as all of them: on a graph with 10 edges per node and a
-3-layer model, about 1,500 nodes instead of 20,000. In a cut, the nodes of
+3-layer model, about 1,100 nodes instead of 19,000. In a cut, the nodes of
 ``S_L`` come first (ascending), then the slots; :func:`spelled_out` lists
 the subgraph with every outside node, as the explanations show it.
 
