@@ -125,7 +125,7 @@ def main(argv=None) -> None:
         "# Relevant walks: cost against depth and graph size",
         "",
         f"`python benchmarks/walks_scale.py{' --quick' if args.quick else ''}`; {runtime:.0f} s on this machine "
-        f"(2 CPU cores, torch {torch.__version__}; other work was running, so times are rough: compare "
+        f"(2 CPU cores, torch {torch.__version__}; a shared machine, so times are rough: compare "
         f"within a row). Random graphs with E = 10 N, PyG `GCN` (hidden 64, float32), {targets} target nodes, "
         f"medians in seconds. \"one backward per walk\" is timed on 30 walks and extrapolated to all of "
         f"them; its walk relevances agree with `lrp.walks` to the relative difference shown.",

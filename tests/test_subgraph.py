@@ -263,3 +263,17 @@ def test_cut_refuses_what_it_cannot_cut():
         subgraph.Incidence(torch.tensor([[0], [2]]), 2)
     with pytest.raises(ValueError, match=r"edge_index: node ids must be in 0 \.\. 1"):
         subgraph.cut(torch.tensor([0]), 1, torch.tensor([[-1], [0]]), 2)
+
+
+def test_ring_slots_of_node_keys_too_large_to_pair():
+    """Past int64 for ``k * n + neighbour`` (graphs of hundreds of millions of
+    nodes, many copies), the slots are numbered the same way."""
+    g = torch.Generator().manual_seed(0)
+    local = torch.randint(0, 50, (2, 300), generator=g)
+    group = torch.randint(0, 4, (300,), generator=g)
+    outside = torch.zeros(2, 300, dtype=torch.bool)
+    outside[0, :150] = True
+    outside[1, 150:250] = True
+    small = subgraph._ring_slots(group * 50 + local, outside, 50)
+    assert int(small.max()) > 0
+    assert torch.equal(subgraph._ring_slots(group * 2 ** 40 + local, outside, 2 ** 40), small)

@@ -59,7 +59,7 @@ from torch_geometric.explain.config import ModelTaskLevel
 from torch_geometric.nn import MessagePassing
 
 from .explainers.core import Pass, Settings, fall_back, resolve_task, same_output
-from .explainers.subgraph import Cut, count_hops, cut, message_flow, slice_inputs
+from .explainers.subgraph import Cut, count_hops, cut, message_flow, pays_off, slice_inputs
 from .explainers.targets import check_edge_index, check_rules, check_target, check_x, seed_of
 from .mode import unwrap
 from .rules import Rule
@@ -298,7 +298,7 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     n, e = x.shape[0], edge_index.shape[1]
     if index < n:
         c = cut(torch.tensor([index], device=x.device), count_hops(model), edge_index, n, message_flow(model))
-        if 2 * (c.num_nodes + c.edge_id.numel()) <= n + e and not slice_inputs(kwargs, c, n, e)[1]:
+        if pays_off(c, n, e) and not slice_inputs(kwargs, c, n, e)[1]:
             result = _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, body, c)
             if result is not None:
                 return result

@@ -569,9 +569,9 @@ def _explanation(part: _Part, x: Tensor, edge_index: Tensor, mask: str) -> Expla
     if c is not None:
         # the subgraph as the input has it: each ring node of the cut stands
         # for several outside nodes, which the explanation lists one by one
+        kept = ~c.ring
         c, inner = spelled_out(c, edge_index)
-        ring = part.cut.ring
-        relevance, self_loops, embedding = (_spread(_rows(v, ~ring), inner, c.num_nodes)
+        relevance, self_loops, embedding = (_spread(_rows(v, kept), inner, c.num_nodes)
                                             for v in (relevance, self_loops, embedding))
     ex = explanation_of(relevance, part.edge, self_loops, part.edge_attr, part.score, part.accounting,
                         MaskType.attributes, MaskType.object, mask, embedding=embedding)

@@ -39,7 +39,7 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
-from .subgraph import Cut, count_hops, cut, message_flow, reaches_ring, slice_inputs, with_context
+from .subgraph import Cut, count_hops, cut, message_flow, pays_off, reaches_ring, slice_inputs, with_context
 from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
                       seed_of)
 
@@ -358,9 +358,7 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
             and (not rows.numel() or int(rows.max()) < n):
         e = edge_index.shape[1]
         c = cut(rows, count_hops(model), edge_index, n, message_flow(model))
-        # The cut costs a pass and its check, each about the cut's size in nodes
-        # and edges: past half the graph, the full graph's one pass is as cheap.
-        if 2 * (c.num_nodes + c.edge_id.numel()) <= n + e and not slice_inputs(kwargs, c, n, e)[1]:
+        if pays_off(c, n, e) and not slice_inputs(kwargs, c, n, e)[1]:
             result = on_cut(model, x, edge_index, kwargs, c, rows, target, settings)
             if result is not None:
                 return replace(result, total=input_total(result.node, result.edge_attr),

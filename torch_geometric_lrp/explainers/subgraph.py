@@ -60,7 +60,7 @@ from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
 from torch_geometric.utils import cumsum
 
 __all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "slice_inputs",
-           "reaches_ring", "count_hops", "message_flow", "spelled_out"]
+           "reaches_ring", "count_hops", "message_flow", "pays_off", "spelled_out"]
 
 
 def count_hops(model: torch.nn.Module) -> int:
@@ -255,6 +255,8 @@ def _ring_slots(ends: Tensor, outside: Tensor, n: int) -> Tensor:
     out_first = outside[0, ring_edge]
     inner = torch.where(out_first, ends[1, ring_edge], ends[0, ring_edge])
     neighbour = torch.where(out_first, ends[0, ring_edge], ends[1, ring_edge]) % n
+    if int(inner.max()) >= (2 ** 63 - 1) // n:  # keys k * n + neighbour would overflow: rank k instead
+        inner = torch.unique(inner, return_inverse=True)[1]
     key, order = torch.sort(inner * n + neighbour)  # by k, then by neighbour
     start = torch.ones_like(key, dtype=torch.bool)  # the first edge of a k
     new = torch.ones_like(start)  # the first edge of a (k, neighbour) pair
@@ -272,6 +274,13 @@ def _ring_slots(ends: Tensor, outside: Tensor, n: int) -> Tensor:
 def _first(group: Tensor, num_groups: int) -> list[int]:
     """The first position of each group in a sorted ``group``."""
     return cumsum(torch.bincount(group, minlength=num_groups))[:-1].tolist()
+
+
+def pays_off(c: Cut, num_nodes: int, num_edges: int) -> bool:
+    """Whether a pass on the cut ``c`` (and its check, each about the cut's
+    size in nodes and edges) costs less than one pass on the whole graph:
+    up to half the graph's nodes and edges."""
+    return 2 * (c.num_nodes + c.edge_id.numel()) <= num_nodes + num_edges
 
 
 def spelled_out(c: Cut, edge_index: Tensor) -> tuple[Cut, Tensor]:
