@@ -55,41 +55,59 @@ class RelevanceAudit:
         _open_audits.reset(self._token)
 
     def __init__(self) -> None:
-        self._lost: dict[str, Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
-        self._absorbed: dict[str, Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        # Per op, the signed scalar terms of its lost and absorbed amounts, kept
+        # as tensors and summed (in float64) only when read: a record costs no
+        # conversion, no host copy and no synchronisation.
+        self._lost: dict[str, list] = defaultdict(list)
+        self._absorbed: dict[str, list] = defaultdict(list)
         self._calls: dict[str, int] = defaultdict(int)
 
     def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
                 relevance_in: Iterable[Optional[Tensor]], lost: Optional[Tensor] = None) -> None:
+        # absorbed = sum(R_out) - lost - sum(R_in), kept as its terms
         lost = lost_of(relevance_out, dropped) if lost is None else lost
-        total_in = sum((r.sum() for r in relevance_in if r is not None), lost.new_zeros(()))
-        self._add(op, lost, relevance_out.sum() - lost - total_in)
+        absorbed = self._absorbed[op]
+        absorbed.append((1.0, relevance_out.detach().sum()))
+        absorbed.append((-1.0, lost.detach()))
+        absorbed.extend((-1.0, r.detach().sum()) for r in relevance_in if r is not None)
+        self._lost[op].append((1.0, lost.detach()))
+        self._calls[op] += 1
 
     def _absorbed_only(self, op: str, amount: Tensor) -> None:
-        self._add(op, amount.new_zeros(()), amount)
-
-    def _add(self, op: str, lost: Tensor, absorbed: Tensor) -> None:
-        self._lost[op] = self._lost[op] + lost.detach().double().cpu()
-        self._absorbed[op] = self._absorbed[op] + absorbed.detach().double().cpu()
+        self._absorbed[op].append((1.0, amount.detach()))
         self._calls[op] += 1
+
+    @staticmethod
+    def _total(terms: list) -> float:
+        """The sum of signed scalar terms, in float64 (one stack per dtype and device)."""
+        groups: dict = defaultdict(lambda: ([], []))
+        for sign, t in terms:
+            signs, values = groups[(t.dtype, t.device)]
+            signs.append(sign)
+            values.append(t if t.dim() == 0 else t.reshape(()))
+        total = 0.0
+        for signs, values in groups.values():
+            stacked = torch.stack(values).to(torch.float64)
+            total += float((stacked * stacked.new_tensor(signs)).sum())
+        return total
 
     @property
     def lost(self) -> float:
         """Total relevance that reached outputs equal to 0."""
-        return float(sum(v.item() for v in self._lost.values()))
+        return self._total([t for terms in self._lost.values() for t in terms])
 
     @property
     def absorbed(self) -> float:
         """Total relevance kept by biases, stabilisers and constant operands, as
     each of them reported it."""
-        return float(sum(v.item() for v in self._absorbed.values()))
+        return self._total([t for terms in self._absorbed.values() for t in terms])
 
     @property
     def by_op(self) -> dict[str, dict[str, float]]:
         return {
             op: {
-                "lost": self._lost[op].item(),
-                "absorbed": self._absorbed[op].item(),
+                "lost": self._total(self._lost[op]),
+                "absorbed": self._total(self._absorbed[op]),
                 "calls": self._calls[op],
             }
             for op in self._calls

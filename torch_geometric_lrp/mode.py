@@ -555,6 +555,10 @@ _METADATA = frozenset("""size dim numel shape.__get__ dtype.__get__ device.__get
 is_floating_point is_complex __len__ stride is_contiguous element_size storage_offset requires_grad.__get__
 is_leaf.__get__ grad_fn.__get__ is_sparse.__get__ is_cuda.__get__ nelement ndimension get_device
 new_zeros new_ones new_full new_empty zeros_like ones_like empty_like full_like""".split())
+# The callables of _METADATA met so far, run before any other routing; not
+# those that read autograd state, which parameters must answer as constants.
+_AUTOGRAD_METADATA = frozenset({"requires_grad.__get__", "is_leaf.__get__", "grad_fn.__get__"})
+_METADATA_FUNCS: set = set()
 _BATCH_NORM_ROLES = {1: "gate", "running_mean": "gate", 2: "gate", "running_var": "gate",
                      3: "weight", "weight": "weight", 4: "bias", "bias": "bias"}
 
@@ -794,8 +798,9 @@ class RelevanceMode(TorchFunctionMode):
                         return self._modified(t, stream.weight)
                     if r in ("gate", "ref"):
                         return value_of(t, key)
-                    c = self._modified(t, stream.bias if r == "bias" else stream.input)
-                    return maps.constant(c, "bias" if r == "bias" else "constant") if bool(c.any()) else c
+                    if r == "bias":
+                        return self._constant(t, stream.bias, "bias")
+                    return self._constant(t, stream.input, "constant")
                 a, kw = _walk(args, kwargs, stream_arg)
                 outputs.append(fn(*a, **kw))
         if len(streams) == 1 and streams[0].identity:
@@ -870,6 +875,20 @@ class RelevanceMode(TorchFunctionMode):
         if value is None:
             value = self._params[key] = modify(t.detach())
         return value
+
+    def _constant(self, t: Tensor, modify: Callable[[Tensor], Tensor], label: str) -> Tensor:
+        """Constant term ``modify(t)`` of a stream, booked as absorbing under
+        ``label`` where it has a non-zero entry (for a parameter, checked
+        once per pass)."""
+        c = self._modified(t, modify)
+        if _is_parameter(t):
+            key = (id(t), modify, "nonzero")
+            nonzero = self._params.get(key)
+            if nonzero is None:
+                nonzero = self._params[key] = bool(c.any())
+        else:
+            nonzero = bool(c.any())
+        return maps.constant(c, label) if nonzero else c
 
     def _stream_input(self, t: Tensor, rule: Rule, k: int, stream) -> Tensor:
         """Stream ``k``'s input for ``t``: its stream output when ``t`` is in a
@@ -1032,6 +1051,8 @@ class RelevanceMode(TorchFunctionMode):
         return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _METADATA_FUNCS:  # a third of a forward's calls: no relevance in, none out
+            return func(*args, **(kwargs or {}))
         out = self._route(func, args, kwargs or {})
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
                 _op_name(func) in _IN_PLACE and _carries(args[0]) and not args[0].is_leaf:
@@ -1066,6 +1087,8 @@ class RelevanceMode(TorchFunctionMode):
             return out
         name = _op_name(func)
         if name in _METADATA:
+            if name not in _AUTOGRAD_METADATA:
+                _METADATA_FUNCS.add(func)
             return func(*args, **kwargs)
         kind = LINEAR_OPS.get(name)
         if kind is not None:
