@@ -158,7 +158,10 @@ def test_model_that_is_not_local_is_explained_on_the_full_graph(check, cls, reas
     with pytest.warns(lrp.explainers.SubgraphWarning, match=reason):
         second = explainer(x, edge_index, index=11)
     n = x.shape[0]
-    assert pass_sizes[1] == n and pass_sizes[3] == n and pass_sizes[0] < n and pass_sizes[2] < n
+    # each call: the cut (lean, then in full where the whole graph checks it), then the full graph
+    per_call = [1, 1] if check == "context" else [2, 2]
+    calls = "".join("f" if size == n else "c" for size in pass_sizes)
+    assert calls == "".join("c" * k + "f" for k in per_call), pass_sizes
     assert_same_explanation(first, lrp.explain(model, x, edge_index, index=10, subgraph=False))
     assert_same_explanation(second, lrp.explain(model, x, edge_index, index=11, subgraph=False))
     with pytest.warns(lrp.explainers.SubgraphWarning, match=reason):
@@ -297,6 +300,110 @@ def test_ring_slots_give_the_full_graphs_explanation(cls, pass_sizes):
         on_cut = lrp.explain(model, x, edge_index, index=7)
     assert pass_sizes[0] == c.num_nodes
     assert_same_explanation(on_cut, lrp.explain(model, x, edge_index, index=7, subgraph=False))
+
+
+# ---------------------------------------------------------------------------
+# Lean cuts: no messages into the ring where the whole graph checks the cut
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("flow", ["source_to_target", "target_to_source"])
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_lean_cut_drops_exactly_the_messages_into_the_ring(flow, hops):
+    x, edge_index = dense_directed_graph()
+    n = x.shape[0]
+    c = subgraph.cut(torch.tensor([7, 40]), hops, edge_index, n, flow)
+    slim, keep = subgraph.lean(c, flow)
+    reader = 1 if flow == "source_to_target" else 0
+    ring = set(c.ring.nonzero().view(-1).tolist())
+    expected = [k for k in range(c.edge_id.numel()) if int(c.edge_index[reader, k]) not in ring]
+    assert keep.nonzero().view(-1).tolist() == expected and len(expected) < c.edge_id.numel()
+    assert torch.equal(slim.edge_index, c.edge_index[:, keep]) and torch.equal(slim.edge_id, c.edge_id[keep])
+    assert torch.equal(slim.nodes, c.nodes) and torch.equal(slim.index, c.index) and torch.equal(slim.ring, c.ring)
+    # every node of S_L reads what it read before: its in-degree (along the flow) is the input's
+    inner = (~c.ring).nonzero().view(-1)
+    read = degree(slim.edge_index[reader], c.num_nodes)[inner]
+    assert torch.equal(read, degree(edge_index[reader], n)[c.nodes[inner]])
+    # a cut without a ring has nothing to leave out
+    whole = subgraph.cut(torch.arange(n), hops, edge_index, n, flow)
+    assert not bool(whole.ring.any()) and subgraph.lean(whole, flow) is None
+
+
+@pytest.mark.parametrize("hops", [1, 2, 3])
+def test_union_size_is_counted_without_building_the_union(hops):
+    """explain_nodes weighs a batch's copies against its union by the
+    union's size, counted from the copies; the union itself is only cut
+    where the batch runs on it."""
+    from torch_geometric_lrp.explainers import api
+    x, edge_index = dense_directed_graph()
+    n = x.shape[0]
+    targets = torch.tensor([7, 40, 41, 7, 299])
+    copies, _, _ = subgraph.cut_each(targets, hops, edge_index, n)
+    union = subgraph.cut(targets, hops, edge_index, n)
+    assert api._union_size(copies, n) == int((~union.ring).sum()) + union.edge_id.numel()
+
+
+def spy_pass_edges(monkeypatch) -> list:
+    from torch_geometric_lrp.explainers import core
+    edges, real = [], core.Pass.forward
+
+    def spy(self, x, edge_index, *args, **kwargs):
+        edges.append(edge_index.shape[1])
+        return real(self, x, edge_index, *args, **kwargs)
+
+    monkeypatch.setattr(core.Pass, "forward", spy)
+    return edges
+
+
+class SAGE(Model):
+    """Mean aggregation: reads in-degrees."""
+
+    def __init__(self, out, act=None, bias=True):
+        super().__init__()
+        self.act = act
+        self.conv1 = SAGEConv(F_IN, HID)
+        self.conv2 = SAGEConv(HID, out)
+
+    def logits(self, x, edge_index):
+        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+@pytest.mark.parametrize("cls", ["gcn", "gin", "gat", SAGE, Cheb, OutDegree])
+def test_lean_cut_or_the_cut_in_full(cls, monkeypatch):
+    """A model that reads in-degrees only is explained on the lean cut; one
+    that reads out-degrees fails the check there and gets the cut in full,
+    without a warning. Both give the full graph's explanation."""
+    torch.manual_seed(0)
+    model = build(cls) if isinstance(cls, str) else cls(C).eval()
+    x, edge_index = dense_directed_graph()
+    c = subgraph.cut(torch.tensor([7]), subgraph.count_hops(model), edge_index, x.shape[0],
+                     subgraph.message_flow(model))
+    slim, _ = subgraph.lean(c, subgraph.message_flow(model))
+    edges = spy_pass_edges(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+        on_cut = lrp.explain(model, x, edge_index, index=7)
+    reads_out_degrees = cls in (Cheb, OutDegree)
+    assert edges == ([slim.edge_id.numel(), c.edge_id.numel()] if reads_out_degrees else [slim.edge_id.numel()])
+    assert_same_explanation(on_cut, lrp.explain(model, x, edge_index, index=7, subgraph=False))
+
+
+def test_explain_nodes_runs_cuts_in_full_once_a_lean_one_failed(monkeypatch):
+    """The model is the same for every batch: after the first lean cut fails,
+    the later batches of the call go straight to full cuts."""
+    torch.manual_seed(0)
+    model = OutDegree(C).eval()
+    x, edge_index = dense_directed_graph()
+    targets = torch.tensor([7, 8, 9])
+    edges = spy_pass_edges(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+        listed = lrp.explain_nodes(model, x, edge_index, targets, batch_size=1, strategy="copies")
+    full = [subgraph.cut(t.view(1), 2, edge_index, x.shape[0]).edge_id.numel() for t in targets]
+    first_lean = subgraph.lean(subgraph.cut(targets[:1], 2, edge_index, x.shape[0]))[0].edge_id.numel()
+    assert edges == [first_lean, *full]
+    for ex, t in zip(listed, targets.tolist()):
+        one = lrp.explain(model, x, edge_index, index=t, subgraph=False)
+        torch.testing.assert_close(ex.node_mask, one.node_mask[ex.node_index], rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(ex.edge_mask, one.edge_mask[ex.edge_id], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("strategy", ["copies", "shared"])

@@ -17,8 +17,8 @@ from . import distributed as shard
 from . import core
 from .core import (Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
                    full_output, input_total, on_cut, on_graph)
-from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
-                       spelled_out, split)
+from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, lean, message_flow,
+                       reaches_ring, spelled_out, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
 
@@ -398,15 +398,16 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
         chunk_target = target[start:start + batch_size] if per_target else target
         copies, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph)
         own = split(copies, node_starts, edge_starts)
-        # the targets' subgraphs together, each node and edge once (one target's is its own)
-        union = None if strategy == "copies" else own[0] if chunk.numel() == 1 else \
-            cut(chunk, hops, edge_index, n, flow, incidence=graph)
         runs = _runs(own, strategy)
-        way = _way(strategy, copies, union, chunk.numel(), len(runs))
+        way = _way(strategy, copies, None if strategy == "copies" else _union_size(copies, n),
+                   chunk.numel(), len(runs))
+        union = None
         if way == "shared":
             runs = [(0, chunk.numel())]
+            # the targets' subgraphs together, each node and edge once (one target's is its own)
+            union = own[0] if chunk.numel() == 1 else cut(chunk, hops, edge_index, n, flow, incidence=graph)
         if start == 0 and _shares_reference(union if way == "shared" else copies, n, edge_index.shape[1],
-                                            len(starts)):
+                                            len(starts), flow):
             reference = full_output(model, x, edge_index, kwargs, settings)
         for a, b in runs:
             run_target = chunk_target[a:b] if per_target else chunk_target
@@ -439,19 +440,26 @@ FULL_FORWARD_WEIGHT = 4
 FULL_FORWARD_MAX = 10_000_000
 
 
-def _shares_reference(first: Cut, n: int, e: int, num_batches: int) -> bool:
+def _shares_reference(first: Cut, n: int, e: int, num_batches: int, flow: str = "source_to_target") -> bool:
     """Whether the batches check their cuts against the full graph's output,
     computed once (:func:`~.core.full_output`), rather than each on its own:
     where there are several batches and either every batch would run the
-    full graph anyway (at most ``FULL_CHECK_EDGES`` edges) or their checks,
-    each about the size of the first batch's pass, cost more than one forward
-    of the graph (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges),
-    up to :data:`FULL_FORWARD_MAX` nodes and edges. The choice depends on
-    the graph and the targets, never on timings."""
+    full graph anyway (at most ``FULL_CHECK_EDGES`` edges) or what the
+    reference saves per batch costs more than one forward of the graph
+    (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges), up to
+    :data:`FULL_FORWARD_MAX` nodes and edges. Per batch, as large as the
+    first, it saves the batch's own check (about the size of its pass) and
+    the relevance pass over the messages into the ring that a lean cut
+    leaves out (:func:`~.subgraph.lean`; :data:`COPIES_WEIGHT` per edge).
+    The choice depends on the graph and the targets, never on timings."""
     if num_batches < 2 or n + e > FULL_FORWARD_MAX:
         return False
-    return e <= core.FULL_CHECK_EDGES or \
-        num_batches * (first.num_nodes + first.edge_id.numel()) > FULL_FORWARD_WEIGHT * (n + e)
+    if e <= core.FULL_CHECK_EDGES:
+        return True
+    slim = lean(first, flow)
+    left_out = 0 if slim is None else int((~slim[1]).sum())
+    saved = first.num_nodes + first.edge_id.numel() + COPIES_WEIGHT * left_out
+    return num_batches * saved > FULL_FORWARD_WEIGHT * (n + e)
 
 
 def _runs(own: list[Cut], strategy: str) -> list[tuple[int, int]]:
@@ -470,7 +478,20 @@ def _runs(own: list[Cut], strategy: str) -> list[tuple[int, int]]:
     return runs + [(start, len(own))]
 
 
-def _way(strategy: str, copies: Cut, union: Optional[Cut], num_targets: int, num_runs: int = 1) -> str:
+def _union_size(copies: Cut, num_nodes: int) -> int:
+    """Nodes plus edges of the union of the targets' subgraphs, without its
+    ring slots (a few dozen), counted from the copies without building it:
+    the union's edges are the copies' edges, its nodes inside their nodes
+    inside (a mark per node and edge of the graph, no sort)."""
+    inner = torch.zeros(num_nodes, dtype=torch.bool, device=copies.nodes.device)
+    inner[copies.nodes[~copies.ring]] = True
+    edges = torch.zeros(int(copies.edge_id.max()) + 1 if copies.edge_id.numel() else 0, dtype=torch.bool,
+                        device=copies.edge_id.device)
+    edges[copies.edge_id] = True
+    return int(inner.sum()) + int(edges.sum())
+
+
+def _way(strategy: str, copies: Cut, union_size: Optional[int], num_targets: int, num_runs: int = 1) -> str:
     """How a batch runs (``explain_nodes``' ``strategy``): ``'copies'`` or
     ``'shared'``; for ``'auto'``, the cheaper by the batch's measured sizes.
     Disjoint copies cost :math:`w \\sum_k |G_k|` (a relevance forward and
@@ -485,7 +506,7 @@ def _way(strategy: str, copies: Cut, union: Optional[Cut], num_targets: int, num
     if num_targets == 1:
         return "copies"  # one target: its subgraph is the union
     copies_cost = COPIES_WEIGHT * (copies.num_nodes + copies.edge_id.numel()) + num_runs * BACKWARD_OVERHEAD
-    shared_cost = (num_targets + 1) * (union.num_nodes + union.edge_id.numel()) + num_targets * BACKWARD_OVERHEAD
+    shared_cost = (num_targets + 1) * union_size + num_targets * BACKWARD_OVERHEAD
     return "shared" if shared_cost < copies_cost else "copies"
 
 

@@ -39,7 +39,7 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
-from .subgraph import Cut, count_hops, cut, message_flow, pays_off, reaches_ring, slice_inputs, with_context
+from .subgraph import Cut, count_hops, cut, lean, message_flow, pays_off, reaches_ring, slice_inputs, with_context
 from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
                       seed_of)
 
@@ -67,6 +67,10 @@ class Settings:
     strict: bool = True
     subgraph: bool = True
     track_edges: bool = True
+    # Cuts may leave out the messages into their ring (subgraph.lean) where
+    # the whole graph checks them; cleared for the rest of a call once a lean
+    # cut fails that check (the model reads out-degrees).
+    lean: bool = True
 
 
 @dataclass
@@ -411,27 +415,54 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
 
     ``reference``: the full graph's output (:func:`full_output`), where the
     caller has it already (``explain_nodes``, computed once for all its
-    batches): the check compares against it, whatever the graph's size."""
+    batches): the check compares against it, whatever the graph's size.
+
+    Where the check is against the whole graph, the pass first runs on the
+    lean cut (:func:`~torch_geometric_lrp.explainers.subgraph.lean`); a
+    model that fails it there (one that reads out-degrees) gets the cut in
+    full, and so do the later cuts of the same call."""
+    result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference)
+    if isinstance(result, tuple) and result[0] is _IN_FULL:
+        settings.lean = False
+        result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result[1])
+    return result
+
+
+# _on_cut's answer where its lean cut did not prove itself: run the cut in full
+_IN_FULL = object()
+
+
+def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
+            target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor]):
+    """:func:`on_cut`, once; ``(_IN_FULL, full graph's output)`` where its lean cut failed."""
     n, e = x.shape[0], edge_index.shape[1]
     # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
     # output itself (a proof that the cut gives the targets' outputs); above,
     # the cut with unrelated nodes added, which costs about what the cut costs
     # (a model that saturates on both could still read the graph as a whole).
     context = None if reference is not None or e <= FULL_CHECK_EDGES else with_context(c, n)
+    # Where the whole graph checks the targets' outputs, the pass runs without
+    # the messages into the ring (about half of the cut's edges; they only
+    # count out-degrees). A model that reads out-degrees fails that check, and
+    # the cut is then run in full.
+    slim = lean(c, message_flow(model)) if context is None and settings.lean else None
+    run, keep = (c, None) if slim is None else slim
     with Pass(model, settings) as p:
         try:
             check = reference if reference is not None else p.plain(x, edge_index, kwargs) if context is None \
                 else p.plain(x[context.nodes], context.edge_index, slice_inputs(kwargs, context, n, e)[0])
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
-        inputs = slice_inputs(kwargs, c, n, e)[0]
+        inputs = slice_inputs(kwargs, run, n, e)[0]
         try:
-            out = p.forward(x[c.nodes], c.edge_index, inputs)
+            out = p.forward(x[c.nodes], run.edge_index, inputs)
         except UnsupportedOpError:
             raise  # an op without a rule: the full graph has it too
         except Exception as error:  # e.g. a parameter with one row per node of the graph
             if context is None and isinstance(check, Exception):
                 raise  # the full graph fails too: the model's own error
+            if keep is not None:
+                return _IN_FULL, check
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
         # a graph-level output of a one-node cut also has one row per node:
@@ -443,7 +474,7 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
                 return None  # not node-level
             raise ValueError(f"task_level: node-level explanations need one output row per node; the model gave "
                              f"{out.shape[0]} rows for {c.num_nodes} nodes.")
-        level, mode, return_type = resolve_task(p, settings, c.num_nodes, c.edge_index, inputs)
+        level, mode, return_type = resolve_task(p, settings, c.num_nodes, run.edge_index, inputs)
         if level != ModelTaskLevel.node:
             return None
         target = check_target(target, mode)
@@ -452,6 +483,8 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
             fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
         if context is None and not same_output(out.detach()[c.index], check[rows]):
+            if keep is not None:
+                return _IN_FULL, check
             fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "
                               "further than its message-passing layers count (a layer applied more often than it "
                               "appears) or reads the graph as a whole (a statistic over all nodes, node positions "
@@ -463,10 +496,12 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
                               "of nodes)")
             return None
         if each:
-            return [_relevance_at(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level, mode,
-                                  return_type, retain=k + 1 < rows.numel()) for k in range(rows.numel())]
+            return [_on_edges_of(_relevance_at(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level,
+                                               mode, return_type, retain=k + 1 < rows.numel()), keep)
+                    for k in range(rows.numel())]
         node, edge_attr, lost, absorbed = p.relevance(seed)
         edge, self_loops, embedding = p.edge, p.self_loops, p.embedding
+    edge, edge_attr = _widen(edge, keep), _widen(edge_attr, keep)
     if reaches_ring(c, node, edge, edge_attr, self_loops):
         fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count (a layer "
                           "applied more often than it appears, or a pooling fed back to the nodes)")
@@ -474,6 +509,18 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     return Relevance(output=out.detach()[c.index], seed=seed, target=target, node=node, edge=edge,
                      self_loops=self_loops, edge_attr=edge_attr, lost=lost, absorbed=absorbed,
                      task_level=level, mode=mode, return_type=return_type, embedding=embedding)
+
+
+def _widen(values: Optional[Tensor], keep: Optional[Tensor]) -> Optional[Tensor]:
+    """Per-edge ``values`` of a lean cut on all the edges of its cut (0 on
+    the messages into the ring it left out)."""
+    if values is None or keep is None:
+        return values
+    return _spread(values, keep.nonzero().view(-1), keep.numel())
+
+
+def _on_edges_of(r: Relevance, keep: Optional[Tensor]) -> Relevance:
+    return r if keep is None else replace(r, edge=_widen(r.edge, keep), edge_attr=_widen(r.edge_attr, keep))
 
 
 def _relevance_at(p: Pass, out: Tensor, place: Tensor, rows: Tensor, num_rows: int, target: Optional[Tensor],

@@ -60,7 +60,7 @@ from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
 from torch_geometric.utils import cumsum
 
 __all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "slice_inputs",
-           "reaches_ring", "count_hops", "message_flow", "pays_off", "spelled_out"]
+           "reaches_ring", "count_hops", "message_flow", "pays_off", "spelled_out", "lean"]
 
 
 def count_hops(model: torch.nn.Module) -> int:
@@ -354,6 +354,27 @@ def with_context(c: Cut, num_nodes: int) -> Cut:
     k = extra.numel()
     return Cut(nodes=torch.cat([extra, c.nodes]), edge_id=c.edge_id, edge_index=c.edge_index + k,
                index=c.index + k, ring=torch.cat([torch.ones_like(extra, dtype=torch.bool), c.ring]))
+
+
+def lean(c: Cut, flow: str = "source_to_target") -> Optional[tuple[Cut, Tensor]]:
+    """``c`` without the edges that a ring slot reads (its incoming messages
+    under ``flow``), and the mask of the edges kept; ``None`` where there
+    are none.
+
+    A local model never reads a ring slot's output, so these edges only
+    give the nodes of ``S_L`` their out-degrees (every node keeps its
+    in-degree). On a graph with as many edges out of a node as into it
+    they are half of a cut's edges. A model that reads out-degrees
+    (``ChebConv``'s Laplacian, a user's ``degree(edge_index[0])``) gives
+    the targets other outputs without them, so a lean cut is only used
+    where the targets' outputs are checked against the whole graph's
+    (see :func:`~torch_geometric_lrp.explainers.core.on_cut`)."""
+    reader = 1 if flow == "source_to_target" else 0
+    keep = ~c.ring[c.edge_index[reader]]
+    if bool(keep.all()):
+        return None
+    return Cut(nodes=c.nodes, edge_id=c.edge_id[keep], edge_index=c.edge_index[:, keep], index=c.index,
+               ring=c.ring), keep
 
 
 def slice_inputs(kwargs: dict, c: Cut, num_nodes: int, num_edges: int) -> tuple[dict, list[str]]:
