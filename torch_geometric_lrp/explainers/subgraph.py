@@ -289,12 +289,18 @@ def spelled_out(c: Cut, edge_index: Tensor) -> tuple[Cut, Tensor]:
     """The one-copy cut ``c`` with its ring spelled out, one ring node per
     outside node (the subgraph of the input that ``c`` stands for, nodes in
     ascending order), and the positions of ``c``'s inner nodes in it."""
-    inner = c.nodes[~c.ring]
+    kept = ~c.ring
+    inner = c.nodes[kept]
     ends = edge_index[:, c.edge_id]
-    nodes = torch.unique(torch.cat([inner, ends.reshape(-1)]))
-    full = Cut(nodes=nodes, edge_id=c.edge_id, edge_index=torch.searchsorted(nodes, ends),
-               index=torch.searchsorted(nodes, c.nodes[c.index]), ring=~torch.isin(nodes, inner))
-    return full, torch.searchsorted(nodes, inner)
+    # one sort: the positions of the inner nodes and of the edges' ends come with it
+    nodes, position = torch.unique(torch.cat([inner, ends.reshape(-1)]), return_inverse=True)
+    at_inner = position[:inner.numel()]
+    ring = torch.ones_like(nodes, dtype=torch.bool)
+    ring[at_inner] = False
+    rank = torch.cumsum(kept, 0) - 1  # a cut position's place among the inner nodes (targets are inner)
+    full = Cut(nodes=nodes, edge_id=c.edge_id, edge_index=position[inner.numel():].view_as(ends),
+               index=at_inner[rank[c.index]], ring=ring)
+    return full, at_inner
 
 
 def disjoint_union(cuts: list[Cut]) -> tuple[Cut, list[int], list[int]]:
