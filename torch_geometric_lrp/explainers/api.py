@@ -17,8 +17,8 @@ from . import distributed as shard
 from . import core
 from .core import (Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
                    full_output, input_total, on_cut, on_graph)
-from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, lean, message_flow,
-                       reaches_ring, spelled_out, split)
+from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
+                       spelled_out, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
 
@@ -407,7 +407,7 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
             # the targets' subgraphs together, each node and edge once (one target's is its own)
             union = own[0] if chunk.numel() == 1 else cut(chunk, hops, edge_index, n, flow, incidence=graph)
         if start == 0 and _shares_reference(union if way == "shared" else copies, n, edge_index.shape[1],
-                                            len(starts), flow):
+                                            len(starts)):
             reference = full_output(model, x, edge_index, kwargs, settings)
         for a, b in runs:
             run_target = chunk_target[a:b] if per_target else chunk_target
@@ -440,26 +440,19 @@ FULL_FORWARD_WEIGHT = 4
 FULL_FORWARD_MAX = 10_000_000
 
 
-def _shares_reference(first: Cut, n: int, e: int, num_batches: int, flow: str = "source_to_target") -> bool:
+def _shares_reference(first: Cut, n: int, e: int, num_batches: int) -> bool:
     """Whether the batches check their cuts against the full graph's output,
     computed once (:func:`~.core.full_output`), rather than each on its own:
     where there are several batches and either every batch would run the
-    full graph anyway (at most ``FULL_CHECK_EDGES`` edges) or what the
-    reference saves per batch costs more than one forward of the graph
-    (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges), up to
-    :data:`FULL_FORWARD_MAX` nodes and edges. Per batch, as large as the
-    first, it saves the batch's own check (about the size of its pass) and
-    the relevance pass over the messages into the ring that a lean cut
-    leaves out (:func:`~.subgraph.lean`; :data:`COPIES_WEIGHT` per edge).
-    The choice depends on the graph and the targets, never on timings."""
+    full graph anyway (at most ``FULL_CHECK_EDGES`` edges) or their checks,
+    each about the size of the first batch's cut, cost more than one forward
+    of the graph (:data:`FULL_FORWARD_WEIGHT` times its nodes and edges),
+    up to :data:`FULL_FORWARD_MAX` nodes and edges. The choice depends on
+    the graph and the targets, never on timings."""
     if num_batches < 2 or n + e > FULL_FORWARD_MAX:
         return False
-    if e <= core.FULL_CHECK_EDGES:
-        return True
-    slim = lean(first, flow)
-    left_out = 0 if slim is None else int((~slim[1]).sum())
-    saved = first.num_nodes + first.edge_id.numel() + COPIES_WEIGHT * left_out
-    return num_batches * saved > FULL_FORWARD_WEIGHT * (n + e)
+    return e <= core.FULL_CHECK_EDGES or \
+        num_batches * (first.num_nodes + first.edge_id.numel()) > FULL_FORWARD_WEIGHT * (n + e)
 
 
 def _runs(own: list[Cut], strategy: str) -> list[tuple[int, int]]:

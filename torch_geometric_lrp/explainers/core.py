@@ -67,9 +67,9 @@ class Settings:
     strict: bool = True
     subgraph: bool = True
     track_edges: bool = True
-    # Cuts may leave out the messages into their ring (subgraph.lean) where
-    # the whole graph checks them; cleared for the rest of a call once a lean
-    # cut fails that check (the model reads out-degrees).
+    # Passes on cuts leave out the messages into the ring (subgraph.lean);
+    # cleared for the rest of a call once a lean cut fails its check (the
+    # model reads out-degrees).
     lean: bool = True
 
 
@@ -417,10 +417,12 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     caller has it already (``explain_nodes``, computed once for all its
     batches): the check compares against it, whatever the graph's size.
 
-    Where the check is against the whole graph, the pass first runs on the
-    lean cut (:func:`~torch_geometric_lrp.explainers.subgraph.lean`); a
-    model that fails it there (one that reads out-degrees) gets the cut in
-    full, and so do the later cuts of the same call."""
+    The pass first runs on the lean cut
+    (:func:`~torch_geometric_lrp.explainers.subgraph.lean`), and the check
+    (on the full graph, or on the whole cut with unrelated nodes added)
+    compares its outputs too; a model that fails it there (one that reads
+    out-degrees) gets the cut in full, and so do the later cuts of the same
+    call."""
     result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference)
     if isinstance(result, tuple) and result[0] is _IN_FULL:
         settings.lean = False
@@ -441,11 +443,11 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
     # the cut with unrelated nodes added, which costs about what the cut costs
     # (a model that saturates on both could still read the graph as a whole).
     context = None if reference is not None or e <= FULL_CHECK_EDGES else with_context(c, n)
-    # Where the whole graph checks the targets' outputs, the pass runs without
-    # the messages into the ring (about half of the cut's edges; they only
-    # count out-degrees). A model that reads out-degrees fails that check, and
+    # The pass runs without the messages into the ring (about half of the
+    # cut's edges; they only count out-degrees). Both checks run the model on
+    # the whole cut or more, so a model that reads out-degrees fails them, and
     # the cut is then run in full.
-    slim = lean(c, message_flow(model)) if context is None and settings.lean else None
+    slim = lean(c, message_flow(model)) if settings.lean else None
     run, keep = (c, None) if slim is None else slim
     with Pass(model, settings) as p:
         try:
@@ -462,7 +464,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             if context is None and isinstance(check, Exception):
                 raise  # the full graph fails too: the model's own error
             if keep is not None:
-                return _IN_FULL, check
+                return _IN_FULL, check if context is None else None
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
         # a graph-level output of a one-node cut also has one row per node:
@@ -482,18 +484,15 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         if isinstance(check, Exception):
             fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
-        if context is None and not same_output(out.detach()[c.index], check[rows]):
-            if keep is not None:
-                return _IN_FULL, check
+        if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
+            if keep is not None:  # perhaps only the out-degrees the lean cut leaves out
+                return _IN_FULL, check if context is None else None
             fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "
-                              "further than its message-passing layers count (a layer applied more often than it "
-                              "appears) or reads the graph as a whole (a statistic over all nodes, node positions "
-                              "or the number of nodes)")
-            return None
-        if context is not None and not same_output(out.detach()[c.index], check[context.index]):
-            fall_back(model, "the targets' outputs change when unrelated nodes are present, so the model reads "
-                              "the graph as a whole (a statistic over all nodes, node positions or the number "
-                              "of nodes)")
+                             "further than its message-passing layers count (a layer applied more often than it "
+                             "appears) or reads the graph as a whole (a statistic over all nodes, node positions "
+                             "or the number of nodes)" if context is None else
+                      "the targets' outputs change when unrelated nodes are present, so the model reads the graph "
+                      "as a whole (a statistic over all nodes, node positions or the number of nodes)")
             return None
         if each:
             return [_on_edges_of(_relevance_at(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level,
