@@ -214,15 +214,23 @@ def test_a_shared_check_still_finds_a_model_that_is_not_local(strategy, monkeypa
 # ---------------------------------------------------------------------------
 # Item 1: degrees the cut must keep whole (out-degree normalisations)
 # ---------------------------------------------------------------------------
-class Cheb(Model):
+class TwoConvs(Model):
+    """Two message-passing layers made by ``conv(in, out)``, a ReLU between them."""
+
+    conv = None
+
     def __init__(self, out, act=None, bias=True):
         super().__init__()
         self.act = act
-        self.conv1 = ChebConv(F_IN, HID, K=2)
-        self.conv2 = ChebConv(HID, out, K=2)
+        self.conv1 = type(self).conv(F_IN, HID)
+        self.conv2 = type(self).conv(HID, out)
 
     def logits(self, x, edge_index):
         return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+
+class Cheb(TwoConvs):
+    conv = staticmethod(lambda i, o: ChebConv(i, o, K=2))
 
 
 class OutDegreeConv(MessagePassing):
@@ -240,15 +248,8 @@ class OutDegreeConv(MessagePassing):
         return norm.view(-1, 1) * x_j
 
 
-class OutDegree(Model):
-    def __init__(self, out, act=None, bias=True):
-        super().__init__()
-        self.act = act
-        self.conv1 = OutDegreeConv(F_IN, HID)
-        self.conv2 = OutDegreeConv(HID, out)
-
-    def logits(self, x, edge_index):
-        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+class OutDegree(TwoConvs):
+    conv = OutDegreeConv
 
 
 def directed_graph(n: int = 48, seed: int = 3):
@@ -351,17 +352,10 @@ def spy_pass_edges(monkeypatch) -> list:
     return edges
 
 
-class SAGE(Model):
+class SAGE(TwoConvs):
     """Mean aggregation: reads in-degrees."""
 
-    def __init__(self, out, act=None, bias=True):
-        super().__init__()
-        self.act = act
-        self.conv1 = SAGEConv(F_IN, HID)
-        self.conv2 = SAGEConv(HID, out)
-
-    def logits(self, x, edge_index):
-        return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+    conv = SAGEConv
 
 
 @pytest.mark.parametrize("check", ["full graph", "context"])

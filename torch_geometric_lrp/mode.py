@@ -673,6 +673,7 @@ class RelevanceMode(TorchFunctionMode):
         # that consumes it continues the map
         self._maps = WeakIdKeyDictionary()
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
+        self._nonzero: dict = {}  # (id(parameter), modifier) -> whether that has a non-zero entry
         # weights made of parameters in the forward (RGCNConv's weight[i], a basis
         # decomposition comp @ W): the rules modify them like the parameters
         self._weights = WeakIdKeyDictionary()
@@ -882,10 +883,10 @@ class RelevanceMode(TorchFunctionMode):
         once per pass)."""
         c = self._modified(t, modify)
         if _is_parameter(t):
-            key = (id(t), modify, "nonzero")
-            nonzero = self._params.get(key)
+            key = (id(t), modify)
+            nonzero = self._nonzero.get(key)
             if nonzero is None:
-                nonzero = self._params[key] = bool(c.any())
+                nonzero = self._nonzero[key] = bool(c.any())
         else:
             nonzero = bool(c.any())
         return maps.constant(c, label) if nonzero else c

@@ -372,8 +372,8 @@ def lean(c: Cut, flow: str = "source_to_target") -> Optional[tuple[Cut, Tensor]]
     in-degree). On a graph with as many edges out of a node as into it
     they are half of a cut's edges. A model that reads out-degrees
     (``ChebConv``'s Laplacian, a user's ``degree(edge_index[0])``) gives
-    the targets other outputs without them, so a lean cut is only used
-    where the targets' outputs are checked against the whole graph's
+    the targets other outputs without them: the cut's check, which runs the
+    model on the whole cut or more, compares the lean cut's outputs too
     (see :func:`~torch_geometric_lrp.explainers.core.on_cut`)."""
     reader = 1 if flow == "source_to_target" else 0
     keep = ~c.ring[c.edge_index[reader]]
