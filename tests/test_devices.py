@@ -46,7 +46,8 @@ def test_explain_on_the_subgraph_equals_the_full_graph_on_the_cpu(name, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("strategy", ["copies", "shared", "auto"])
 def test_explain_nodes_equals_one_target_at_a_time_on_the_cpu(strategy, device, monkeypatch):
-    monkeypatch.setattr(api, "COPIES_BUDGET", 1)  # auto: one target per pass of copies
+    for budget in ("COPIES_BUDGET", "TRIMMED_BUDGET"):  # auto: one target per pass of copies
+        monkeypatch.setattr(api, budget, 1)
     model = build("gcn").double()
     x, edge_index = DATA["x"].double(), DATA["edge_index"]
     alone = [lrp.explain(model, x, edge_index, index=t, subgraph=False) for t in TARGETS]

@@ -252,7 +252,7 @@ def test_strategy_is_checked():
 
 
 def test_auto_runs_large_copies_in_passes_of_the_budget(monkeypatch):
-    """Under 'auto', a batch of copies larger than COPIES_BUDGET runs as
+    """Under 'auto', a batch of copies larger than the budget runs as
     several passes (one per run of targets): the relevance is that of the
     whole batch as copies, and a target alone in its pass has its accounting
     measured, as one by one."""
@@ -265,7 +265,8 @@ def test_auto_runs_large_copies_in_passes_of_the_budget(monkeypatch):
     own = subgraph.split(*subgraph.cut_each(TARGETS, 3, edge_index, N, incidence=graph))
     sizes = [c.num_nodes + c.edge_id.numel() for c in own]
     # room for the first two targets' subgraphs together, and for any one alone
-    monkeypatch.setattr(api, "COPIES_BUDGET", max(sizes[0] + sizes[1], max(sizes)))
+    for budget in ("COPIES_BUDGET", "TRIMMED_BUDGET"):  # passes on full and on trimmed cuts alike
+        monkeypatch.setattr(api, budget, max(sizes[0] + sizes[1], max(sizes)))
     monkeypatch.setattr(api, "BACKWARD_OVERHEAD", 10 ** 6)  # the copies, not the union
     runs = lrp.explain_nodes(model, x, edge_index, TARGETS, batch_size=TARGETS.numel())
     assert passes[0] == 2 and len(passes) > 1 and sum(passes) == TARGETS.numel()

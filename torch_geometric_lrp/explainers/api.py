@@ -218,6 +218,10 @@ BACKWARD_OVERHEAD = 2000
 #: (``benchmarks/explain_shared.py``: at 100k nodes one target per pass took
 #: 118 ms per target, 16 per pass 267 ms).
 COPIES_BUDGET = 100_000
+#: The same for passes whose layers are trimmed (:mod:`.trim`, the default):
+#: they propagate about a tenth of a cut's messages, and at 100k nodes
+#: 64 targets per pass cost 0.85x of 4 per pass.
+TRIMMED_BUDGET = 400_000
 
 
 def explain_nodes(
@@ -290,10 +294,11 @@ def explain_nodes(
         backward per batch. ``'shared'``: one forward on the union of the
         batch's subgraphs, then one backward per target. ``'auto'``
         (default): per batch, the cheaper by the sizes of its subgraphs
-        (copies cost about :math:`6 \\sum_k |G_k|`, shared about
+        (copies cost about :math:`4 \\sum_k |G_k|`, shared about
         :math:`(K + 1) |\\bigcup_k G_k|` for :math:`K` targets, counting
         nodes and edges, plus a fixed cost per backward); copies then run
-        in passes of at most ``api.COPIES_BUDGET`` nodes and edges (a large
+        in passes of at most ``api.TRIMMED_BUDGET`` nodes and edges
+        (``api.COPIES_BUDGET`` where the layers cannot be trimmed; a large
         subgraph alone), which keeps their tensors small enough to stay
         fast. All give the same relevance up to float rounding.
     **kwargs
@@ -398,7 +403,7 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
         chunk_target = target[start:start + batch_size] if per_target else target
         copies, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph)
         own = split(copies, node_starts, edge_starts)
-        runs = _runs(own, strategy)
+        runs = _runs(own, strategy, TRIMMED_BUDGET if settings.lean else COPIES_BUDGET)
         way = _way(strategy, copies, None if strategy == "copies" else _union_size(copies, n),
                    chunk.numel(), len(runs))
         union = None
@@ -412,13 +417,14 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
         for a, b in runs:
             run_target = chunk_target[a:b] if per_target else chunk_target
             if way == "shared":
-                parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, run_target, settings, reference)
+                parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, run_target, settings, reference,
+                                  hops)
             else:
                 # a run of the batch is the disjoint union of its targets' own cuts
                 run, run_nodes, run_edges = (copies, node_starts, edge_starts) if b - a == chunk.numel() else \
                     disjoint_union(own[a:b])
                 parts = _on_copies(model, x, edge_index, kwargs, run, own[a:b], run_nodes, run_edges, chunk[a:b],
-                                   run_target, settings, reference)
+                                   run_target, settings, reference, hops)
             for k, t in enumerate(chunk[a:b].tolist()):
                 if parts is None:  # no proof: this target on the full graph
                     one = on_graph(model, x, edge_index, kwargs, chunk[a + k:a + k + 1],
@@ -455,16 +461,16 @@ def _shares_reference(first: Cut, n: int, e: int, num_batches: int) -> bool:
         num_batches * (first.num_nodes + first.edge_id.numel()) > FULL_FORWARD_WEIGHT * (n + e)
 
 
-def _runs(own: list[Cut], strategy: str) -> list[tuple[int, int]]:
+def _runs(own: list[Cut], strategy: str, budget: int = COPIES_BUDGET) -> list[tuple[int, int]]:
     """The passes of a batch as disjoint copies: ``[(start, stop)]`` runs of
     its targets. One run, except under ``'auto'``, where each run holds at
-    most :data:`COPIES_BUDGET` nodes and edges (and at least one target)."""
+    most ``budget`` nodes and edges of the cuts (and at least one target)."""
     if strategy != "auto":
         return [(0, len(own))]
     runs, start, size = [], 0, 0
     for k, c in enumerate(own):
         grows = c.num_nodes + c.edge_id.numel()
-        if k > start and size + grows > COPIES_BUDGET:
+        if k > start and size + grows > budget:
             runs.append((start, k))
             start, size = k, 0
         size += grows
@@ -505,11 +511,13 @@ def _way(strategy: str, copies: Cut, union_size: Optional[int], num_targets: int
 
 def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, own: list[Cut],
                node_starts: list[int], edge_starts: list[int], chunk: Tensor, chunk_target: Optional[Tensor],
-               settings: Settings, reference: Optional[Tensor] = None) -> Optional[list[_Part]]:
+               settings: Settings, reference: Optional[Tensor] = None, hops: Optional[int] = None
+               ) -> Optional[list[_Part]]:
     """The batch as disjoint copies, one forward and one backward; ``None``
     where the copies do not prove themselves (against ``reference``, the
-    full graph's output, where given)."""
-    result = on_cut(model, x, edge_index, kwargs, copies, chunk, chunk_target, settings, reference=reference)
+    full graph's output, where given). ``hops``: those of the cuts."""
+    result = on_cut(model, x, edge_index, kwargs, copies, chunk, chunk_target, settings, reference=reference,
+                    num_hops=hops)
     if result is None:
         return None
     if settings.mode is None:
@@ -527,14 +535,14 @@ def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, 
 
 
 def _on_union(model, x: Tensor, edge_index: Tensor, kwargs: dict, union: Cut, own: list[Cut], chunk: Tensor,
-              chunk_target: Optional[Tensor], settings: Settings, reference: Optional[Tensor] = None
-              ) -> Optional[list[_Part]]:
+              chunk_target: Optional[Tensor], settings: Settings, reference: Optional[Tensor] = None,
+              hops: Optional[int] = None) -> Optional[list[_Part]]:
     """The batch on the union of its subgraphs: one forward, one backward per
     target. Each target's relevance is taken on its own subgraph, and must
     not reach beyond it nor its ring (the proof the copies give); ``None``
     where that fails."""
     results = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings, each=True,
-                     reference=reference)
+                     reference=reference, num_hops=hops)
     if results is None:
         return None
     if settings.mode is None:

@@ -40,6 +40,7 @@ from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
 from .subgraph import Cut, count_hops, cut, lean, message_flow, pays_off, reaches_ring, slice_inputs, with_context
+from .trim import Trimming, hop_distance
 from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
                       seed_of)
 
@@ -67,9 +68,10 @@ class Settings:
     strict: bool = True
     subgraph: bool = True
     track_edges: bool = True
-    # Passes on cuts leave out the messages into the ring (subgraph.lean);
-    # cleared for the rest of a call once a lean cut fails its check (the
-    # model reads out-degrees).
+    # Passes on cuts leave out the messages into the ring (subgraph.lean)
+    # and, layer by layer, the messages no target reads (trim.Trimming);
+    # cleared for the rest of a call once such a pass fails its check (the
+    # model reads out-degrees, or propagates more often than counted).
     lean: bool = True
 
 
@@ -117,6 +119,7 @@ class Pass:
         self.settings = settings
         self._stack = ExitStack()
         self._edges: Optional[EdgeRelevance] = None
+        self._trimming: Optional[Trimming] = None
         self.embedding: Optional[Tensor] = None
 
     def __enter__(self) -> "Pass":
@@ -128,7 +131,15 @@ class Pass:
     def __exit__(self, *exc) -> None:
         self._stack.close()
 
+    def trim(self, hop: Tensor, num_hops: int) -> Trimming:
+        """From here on, the model's layers propagate only the messages that
+        the nodes at ``hop`` 0 read (:class:`~.trim.Trimming`)."""
+        self._trimming = self._stack.enter_context(Trimming(self.model, hop, num_hops))
+        return self._trimming
+
     def _call(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
+        if self._trimming is not None:
+            self._trimming.reset()
         out = unwrap(self.model)(x, edge_index, **kwargs)
         if not isinstance(out, Tensor):
             raise TypeError(f"model: an explained model must return one tensor, got {type(out).__name__}.")
@@ -401,8 +412,8 @@ def full_output(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: d
 
 
 def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
-           target: Optional[Tensor], settings: Settings, each: bool = False, reference: Optional[Tensor] = None
-           ) -> Union[None, Relevance, list[Relevance]]:
+           target: Optional[Tensor], settings: Settings, each: bool = False, reference: Optional[Tensor] = None,
+           num_hops: Optional[int] = None) -> Union[None, Relevance, list[Relevance]]:
     """The pass on the cut ``c`` (whose targets ``c.index`` are the input's
     nodes ``rows``), with relevance on the cut's nodes and edges; ``None``
     where the model is not node-level, or (with a :class:`SubgraphWarning`)
@@ -417,16 +428,20 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     caller has it already (``explain_nodes``, computed once for all its
     batches): the check compares against it, whatever the graph's size.
 
+    ``num_hops``: the hops ``c`` was cut for (default: :func:`count_hops`).
+
     The pass first runs on the lean cut
-    (:func:`~torch_geometric_lrp.explainers.subgraph.lean`), and the check
+    (:func:`~torch_geometric_lrp.explainers.subgraph.lean`) with its layers
+    trimmed to the messages the targets read (:mod:`.trim`), and the check
     (on the full graph, or on the whole cut with unrelated nodes added)
     compares its outputs too; a model that fails it there (one that reads
-    out-degrees) gets the cut in full, and so do the later cuts of the same
-    call."""
-    result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference)
+    out-degrees, or propagates more often than counted) gets the cut in
+    full, and so do the later cuts of the same call."""
+    hops = count_hops(model) if num_hops is None else num_hops
+    result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference, hops)
     if isinstance(result, tuple) and result[0] is _IN_FULL:
         settings.lean = False
-        result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result[1])
+        result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result[1], hops)
     return result
 
 
@@ -435,8 +450,8 @@ _IN_FULL = object()
 
 
 def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
-            target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor]):
-    """:func:`on_cut`, once; ``(_IN_FULL, full graph's output)`` where its lean cut failed."""
+            target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor], num_hops: int):
+    """:func:`on_cut`, once; ``(_IN_FULL, full graph's output)`` where its lean, trimmed pass failed."""
     n, e = x.shape[0], edge_index.shape[1]
     # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
     # output itself (a proof that the cut gives the targets' outputs); above,
@@ -447,7 +462,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
     # cut's edges; they only count out-degrees). Both checks run the model on
     # the whole cut or more, so a model that reads out-degrees fails them, and
     # the cut is then run in full.
-    slim = lean(c, message_flow(model)) if settings.lean else None
+    flow = message_flow(model)
+    slim = lean(c, flow) if settings.lean else None
     run, keep = (c, None) if slim is None else slim
     with Pass(model, settings) as p:
         try:
@@ -456,6 +472,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
         inputs = slice_inputs(kwargs, run, n, e)[0]
+        trimming = p.trim(hop_distance(run.edge_index, c.index, c.num_nodes, num_hops, flow), num_hops) \
+            if settings.lean else None
         try:
             out = p.forward(x[c.nodes], run.edge_index, inputs)
         except UnsupportedOpError:
@@ -463,7 +481,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         except Exception as error:  # e.g. a parameter with one row per node of the graph
             if context is None and isinstance(check, Exception):
                 raise  # the full graph fails too: the model's own error
-            if keep is not None:
+            if keep is not None or (trimming is not None and trimming.dropped):  # see below
                 return _IN_FULL, check if context is None else None
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
@@ -485,7 +503,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
         if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
-            if keep is not None:  # perhaps only the out-degrees the lean cut leaves out
+            if keep is not None or (trimming is not None and trimming.dropped):
+                # perhaps only what the lean, trimmed pass leaves out
                 return _IN_FULL, check if context is None else None
             fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "
                              "further than its message-passing layers count (a layer applied more often than it "

@@ -60,7 +60,7 @@ from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
 from torch_geometric.utils import cumsum
 
 __all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "slice_inputs",
-           "reaches_ring", "count_hops", "message_flow", "pays_off", "spelled_out", "lean"]
+           "reaches_ring", "count_hops", "hops_of", "message_flow", "pays_off", "spelled_out", "lean"]
 
 
 def count_hops(model: torch.nn.Module) -> int:
@@ -68,15 +68,17 @@ def count_hops(model: torch.nn.Module) -> int:
     ``MessagePassing`` module, ``K`` for ``APPNP`` and ``SGConv``, ``K - 1``
     for ``ChebConv``. A layer applied several times is counted once; the
     ring check catches that."""
-    hops = 0
-    for module in model.modules():
-        if isinstance(module, (APPNP, SGConv)):
-            hops += module.K
-        elif isinstance(module, ChebConv):
-            hops += len(module.lins) - 1
-        elif isinstance(module, MessagePassing):
-            hops += 1
-    return hops
+    return sum(hops_of(module) for module in model.modules())
+
+
+def hops_of(module: torch.nn.Module) -> int:
+    """The hops of one module alone (0 for one that is no ``MessagePassing``),
+    as :func:`count_hops` counts them."""
+    if isinstance(module, (APPNP, SGConv)):
+        return module.K
+    if isinstance(module, ChebConv):
+        return len(module.lins) - 1
+    return int(isinstance(module, MessagePassing))
 
 
 def message_flow(model: torch.nn.Module) -> str:
