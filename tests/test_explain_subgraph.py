@@ -382,9 +382,12 @@ def test_lean_cut_or_the_cut_in_full(cls, check, monkeypatch):
     assert_same_explanation(on_cut, lrp.explain(model, x, edge_index, index=7, subgraph=False))
 
 
-def test_explain_nodes_runs_cuts_in_full_once_a_lean_one_failed(monkeypatch):
+@pytest.mark.parametrize("output", ["list", "sparse"])
+def test_explain_nodes_runs_cuts_in_full_once_a_lean_one_failed(output, monkeypatch):
     """The model is the same for every batch: after the first lean cut fails,
-    the later batches of the call go straight to full cuts."""
+    the later batches of the call go straight to full cuts. The sparse
+    output cuts lean directly (the full graph checks it): the failed batch
+    is cut again in full."""
     torch.manual_seed(0)
     model = OutDegree(C).eval()
     x, edge_index = dense_directed_graph()
@@ -392,14 +395,33 @@ def test_explain_nodes_runs_cuts_in_full_once_a_lean_one_failed(monkeypatch):
     edges = spy_pass_edges(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
-        listed = lrp.explain_nodes(model, x, edge_index, targets, batch_size=1, strategy="copies")
+        result = lrp.explain_nodes(model, x, edge_index, targets, batch_size=1, strategy="copies", output=output)
     full = [subgraph.cut(t.view(1), 2, edge_index, x.shape[0]).edge_id.numel() for t in targets]
     first_lean = subgraph.lean(subgraph.cut(targets[:1], 2, edge_index, x.shape[0]))[0].edge_id.numel()
     assert edges == [first_lean, *full]
-    for ex, t in zip(listed, targets.tolist()):
+    for k, t in enumerate(targets.tolist()):
         one = lrp.explain(model, x, edge_index, index=t, subgraph=False)
-        torch.testing.assert_close(ex.node_mask, one.node_mask[ex.node_index], rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(ex.edge_mask, one.edge_mask[ex.edge_id], rtol=1e-5, atol=1e-7)
+        if output == "list":
+            ex = result[k]
+            torch.testing.assert_close(ex.node_mask, one.node_mask[ex.node_index], rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(ex.edge_mask, one.edge_mask[ex.edge_id], rtol=1e-5, atol=1e-7)
+        else:
+            torch.testing.assert_close(result.node_relevance.to_dense()[k], one.node_mask.sum(-1), rtol=1e-5,
+                                       atol=1e-7)
+            torch.testing.assert_close(result.edge_relevance.to_dense()[k], one.edge_mask, rtol=1e-5, atol=1e-7)
+
+
+def test_a_lean_cut_needs_the_full_graphs_check(monkeypatch):
+    """A cut made lean cannot be checked on itself (the check would run
+    without the edges it leaves out): on_cut refuses it without the full
+    graph's output."""
+    from torch_geometric_lrp.explainers import core
+    monkeypatch.setattr(core, "FULL_CHECK_EDGES", 0)
+    model = build("gcn")
+    x, edge_index = dense_directed_graph()
+    c = subgraph.cut(torch.tensor([7]), 2, edge_index, x.shape[0], lean=True)
+    with pytest.raises(ValueError, match="lean_cut"):
+        core.on_cut(model, x, edge_index, {}, c, torch.tensor([7]), None, core.Settings(), lean_cut=True)
 
 
 @pytest.mark.parametrize("strategy", ["copies", "shared"])

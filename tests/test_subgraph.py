@@ -155,13 +155,15 @@ def test_count_hops():
 FIELDS = ["nodes", "edge_id", "edge_index", "index", "ring"]
 
 
-def definition(index, hops, edge_index, n, flow):
+def definition(index, hops, edge_index, n, flow, lean=False):
     """The cut as the module docstring defines it, from PyG's k_hop_subgraph
     and one mask over the edge list, its ring slots numbered by explicit
-    loops."""
+    loops. ``lean``: only the edges whose reading end is in S_L."""
     reads = torch.zeros(n, dtype=torch.bool)
     reads[k_hop_subgraph(index, hops, edge_index, num_nodes=n, flow=flow)[0]] = True
-    edge_id = (reads[edge_index[0]] | reads[edge_index[1]]).nonzero().view(-1)
+    reader = 1 if flow == "source_to_target" else 0
+    keep = reads[edge_index[reader]] if lean else reads[edge_index[0]] | reads[edge_index[1]]
+    edge_id = keep.nonzero().view(-1)
     ends = edge_index[:, edge_id].t().tolist()
     inner = reads.nonzero().view(-1).tolist()
     slot = {}  # (inner node, outside neighbour) -> slot
@@ -208,27 +210,32 @@ def test_cut_each_worked_example():
     targets=st.lists(st.integers(0, 24), min_size=1, max_size=8),
     hops=st.integers(0, 3),
     flow=st.sampled_from(["source_to_target", "target_to_source"]),
+    lean=st.booleans(),
 )
-def test_cut_each_equals_one_cut_per_target(num_nodes, pairs, undirected, targets, hops, flow):
+def test_cut_each_equals_one_cut_per_target(num_nodes, pairs, undirected, targets, hops, flow, lean):
     """Random graphs (directed or both ways, self-loops, repeated edges,
-    isolated nodes), repeated targets, both flows: ``cut_each`` is the
-    disjoint union of the per-target cuts, and ``cut`` of all targets
+    isolated nodes), repeated targets, both flows, in full and lean: ``cut_each``
+    is the disjoint union of the per-target cuts, and ``cut`` of all targets
     together (from the sorted edges or by scans) is the definition."""
     edge_index = torch.tensor(pairs, dtype=torch.long).view(-1, 2).t() % num_nodes
     if undirected:
         edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
     index = torch.tensor(targets) % num_nodes
     incidence = subgraph.Incidence(edge_index, num_nodes)
-    union, node_starts, edge_starts = subgraph.cut_each(index, hops, edge_index, num_nodes, flow, incidence)
-    expected = [definition(t.view(1), hops, edge_index, num_nodes, flow) for t in index]
+    union, node_starts, edge_starts = subgraph.cut_each(index, hops, edge_index, num_nodes, flow, incidence, lean)
+    expected = [definition(t.view(1), hops, edge_index, num_nodes, flow, lean) for t in index]
     reference, ref_node_starts, ref_edge_starts = subgraph.disjoint_union(expected)
     assert (node_starts, edge_starts) == (ref_node_starts, ref_edge_starts)
     assert_same_cut(union, reference)
     for part, one in zip(subgraph.split(union, node_starts, edge_starts), expected, strict=True):
         assert_same_cut(part, one)
-    expected = definition(index, hops, edge_index, num_nodes, flow)
-    assert_same_cut(subgraph.cut(index, hops, edge_index, num_nodes, flow, incidence), expected)
-    assert_same_cut(subgraph.cut(index, hops, edge_index, num_nodes, flow), expected)  # by scans
+    expected = definition(index, hops, edge_index, num_nodes, flow, lean)
+    assert_same_cut(subgraph.cut(index, hops, edge_index, num_nodes, flow, incidence, lean), expected)
+    assert_same_cut(subgraph.cut(index, hops, edge_index, num_nodes, flow, lean=lean), expected)  # by scans
+    if lean:  # the edges of the full cut without the messages into its ring
+        full = definition(index, hops, edge_index, num_nodes, flow)
+        slim = subgraph.lean(full, flow)
+        assert torch.equal(expected.edge_id, full.edge_id if slim is None else slim[0].edge_id)
 
 
 def test_cut_each_isolated_nodes_self_loops_and_no_edges():

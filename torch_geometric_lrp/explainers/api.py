@@ -15,8 +15,8 @@ from tqdm.auto import tqdm
 from ..rules import Rule
 from . import distributed as shard
 from . import core
-from .core import (Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
-                   full_output, input_total, on_cut, on_graph)
+from .core import (InFull, Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
+                   full_output, input_total, on_cut, on_graph, proves_lean_cuts)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
@@ -359,7 +359,7 @@ def explain_nodes(
     def run() -> Union[list[Explanation], NodeRelevance]:
         parts = _parts(model, x, edge_index, kwargs, index[mine], target[mine] if per_target else target,
                        per_target, count_hops(model) if num_hops is None else num_hops, message_flow(model),
-                       settings, batch_size, progress if rank == 0 else False, strategy)
+                       settings, batch_size, progress if rank == 0 else False, strategy, listed=output == "list")
         if output == "list":
             return [_explanation(part, x, edge_index, mask) for part in parts]
         return _sparse(parts, index[mine], n, e, mask)
@@ -391,9 +391,13 @@ class _Part:
 
 def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, target: Optional[Tensor],
            per_target: bool, hops: int, flow: str, settings: Settings, batch_size: int,
-           progress: Optional[bool], strategy: str = "auto") -> Iterator[_Part]:
-    """The relevance of each target of ``index``, in order, batch by batch."""
-    n = x.shape[0]
+           progress: Optional[bool], strategy: str = "auto", listed: bool = True) -> Iterator[_Part]:
+    """The relevance of each target of ``index``, in order, batch by batch.
+    ``listed``: the parts become ``Explanation`` s, which list each subgraph
+    with all its edges, so their cuts are made in full; otherwise a batch's
+    cuts are made lean where the full graph's output checks them
+    (:func:`~.core.proves_lean_cuts`)."""
+    n, e = x.shape[0], edge_index.shape[1]
     graph = Incidence(edge_index, n)  # the one pass over the edge list
     starts = range(0, index.numel(), batch_size)
     show = progress if progress is not None else (None if len(starts) > 1 else False)
@@ -401,38 +405,78 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
     for start in tqdm(starts, desc="LRP", unit="batch", disable=None if show is None else not show):
         chunk = index[start:start + batch_size]
         chunk_target = target[start:start + batch_size] if per_target else target
-        copies, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph)
-        own = split(copies, node_starts, edge_starts)
-        runs = _runs(own, strategy, TRIMMED_BUDGET if settings.lean else COPIES_BUDGET)
-        way = _way(strategy, copies, None if strategy == "copies" else _union_size(copies, n),
-                   chunk.numel(), len(runs))
-        union = None
-        if way == "shared":
-            runs = [(0, chunk.numel())]
-            # the targets' subgraphs together, each node and edge once (one target's is its own)
-            union = own[0] if chunk.numel() == 1 else cut(chunk, hops, edge_index, n, flow, incidence=graph)
-        if start == 0 and _shares_reference(union if way == "shared" else copies, n, edge_index.shape[1],
-                                            len(starts)):
+        lean_cut = settings.lean and not listed and proves_lean_cuts(reference, e)
+        b = _cut_batch(chunk, hops, edge_index, n, flow, graph, strategy, settings, lean_cut)
+        if start == 0 and _shares_reference(b.union if b.union is not None else b.copies, n, e, len(starts)):
             reference = full_output(model, x, edge_index, kwargs, settings)
-        for a, b in runs:
-            run_target = chunk_target[a:b] if per_target else chunk_target
-            if way == "shared":
-                parts = _on_union(model, x, edge_index, kwargs, union, own, chunk, run_target, settings, reference,
-                                  hops)
+        run = dict(model=model, x=x, edge_index=edge_index, kwargs=kwargs, chunk=chunk, chunk_target=chunk_target,
+                   per_target=per_target, settings=settings, hops=hops)
+        parts = _run_batch(b, reference=reference, **run)
+        if isinstance(parts, InFull):  # a lean cut failed its check: the batch again, cut in full
+            reference = reference if reference is not None else parts.reference
+            b = _cut_batch(chunk, hops, edge_index, n, flow, graph, strategy, settings, False)
+            parts = _run_batch(b, reference=reference, **run)
+        yield from parts
+
+
+@dataclass
+class _Batch:
+    """A batch's cuts and how it runs: the copies of its targets' subgraphs
+    (``own``, one each, starting at ``node_starts`` / ``edge_starts``), its
+    ``runs`` of targets, and the union where it runs ``shared``."""
+
+    copies: Cut
+    node_starts: list[int]
+    edge_starts: list[int]
+    own: list[Cut]
+    runs: list[tuple[int, int]]
+    union: Optional[Cut]
+    lean_cut: bool
+
+
+def _cut_batch(chunk: Tensor, hops: int, edge_index: Tensor, n: int, flow: str, graph: Incidence, strategy: str,
+               settings: Settings, lean_cut: bool) -> _Batch:
+    copies, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph, lean=lean_cut)
+    own = split(copies, node_starts, edge_starts)
+    runs = _runs(own, strategy, TRIMMED_BUDGET if settings.lean else COPIES_BUDGET)
+    way = _way(strategy, copies, None if strategy == "copies" else _union_size(copies, n), chunk.numel(), len(runs))
+    union = None
+    if way == "shared":
+        runs = [(0, chunk.numel())]
+        # the targets' subgraphs together, each node and edge once (one target's is its own)
+        union = own[0] if chunk.numel() == 1 else cut(chunk, hops, edge_index, n, flow, incidence=graph,
+                                                      lean=lean_cut)
+    return _Batch(copies, node_starts, edge_starts, own, runs, union, lean_cut)
+
+
+def _run_batch(b: _Batch, model, x: Tensor, edge_index: Tensor, kwargs: dict, chunk: Tensor,
+               chunk_target: Optional[Tensor], per_target: bool, settings: Settings, hops: int,
+               reference: Optional[Tensor]) -> Union[list[_Part], InFull]:
+    """The parts of the batch ``b`` of targets ``chunk``, in order;
+    :class:`~.core.InFull` where its lean cuts failed their check."""
+    parts = []
+    for a, z in b.runs:
+        run_target = chunk_target[a:z] if per_target else chunk_target
+        if b.union is not None:
+            found = _on_union(model, x, edge_index, kwargs, b.union, b.own, chunk, run_target, settings, reference,
+                              hops, b.lean_cut)
+        else:
+            # a run of the batch is the disjoint union of its targets' own cuts
+            run, run_nodes, run_edges = (b.copies, b.node_starts, b.edge_starts) if z - a == chunk.numel() else \
+                disjoint_union(b.own[a:z])
+            found = _on_copies(model, x, edge_index, kwargs, run, b.own[a:z], run_nodes, run_edges, chunk[a:z],
+                               run_target, settings, reference, hops, b.lean_cut)
+        if isinstance(found, InFull):
+            return found
+        for k, t in enumerate(chunk[a:z].tolist()):
+            if found is None:  # no proof: this target on the full graph
+                one = on_graph(model, x, edge_index, kwargs, chunk[a + k:a + k + 1],
+                               run_target if not per_target else run_target[k:k + 1], settings)
+                parts.append(_Part(t, None, one.node, one.edge, one.self_loops, one.edge_attr, one.score,
+                                   (one.absorbed, one.lost), one.target[0], one.embedding))
             else:
-                # a run of the batch is the disjoint union of its targets' own cuts
-                run, run_nodes, run_edges = (copies, node_starts, edge_starts) if b - a == chunk.numel() else \
-                    disjoint_union(own[a:b])
-                parts = _on_copies(model, x, edge_index, kwargs, run, own[a:b], run_nodes, run_edges, chunk[a:b],
-                                   run_target, settings, reference, hops)
-            for k, t in enumerate(chunk[a:b].tolist()):
-                if parts is None:  # no proof: this target on the full graph
-                    one = on_graph(model, x, edge_index, kwargs, chunk[a + k:a + k + 1],
-                                   run_target if not per_target else run_target[k:k + 1], settings)
-                    yield _Part(t, None, one.node, one.edge, one.self_loops, one.edge_attr, one.score,
-                                (one.absorbed, one.lost), one.target[0], one.embedding)
-                    continue
-                yield parts[k]
+                parts.append(found[k])
+    return parts
 
 
 #: Cost of one forward of the whole graph per node and edge, against a
@@ -511,15 +555,16 @@ def _way(strategy: str, copies: Cut, union_size: Optional[int], num_targets: int
 
 def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, own: list[Cut],
                node_starts: list[int], edge_starts: list[int], chunk: Tensor, chunk_target: Optional[Tensor],
-               settings: Settings, reference: Optional[Tensor] = None, hops: Optional[int] = None
-               ) -> Optional[list[_Part]]:
+               settings: Settings, reference: Optional[Tensor] = None, hops: Optional[int] = None,
+               lean_cut: bool = False) -> Union[None, list[_Part], InFull]:
     """The batch as disjoint copies, one forward and one backward; ``None``
     where the copies do not prove themselves (against ``reference``, the
-    full graph's output, where given). ``hops``: those of the cuts."""
+    full graph's output, where given). ``hops``: those of the cuts;
+    ``lean_cut``: they are lean (:class:`~.core.InFull` where that fails)."""
     result = on_cut(model, x, edge_index, kwargs, copies, chunk, chunk_target, settings, reference=reference,
-                    num_hops=hops)
-    if result is None:
-        return None
+                    num_hops=hops, lean_cut=lean_cut)
+    if result is None or isinstance(result, InFull):
+        return result
     if settings.mode is None:
         settings.mode = result.mode  # read off the first batch: the same for all
     parts = []
@@ -536,15 +581,15 @@ def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, 
 
 def _on_union(model, x: Tensor, edge_index: Tensor, kwargs: dict, union: Cut, own: list[Cut], chunk: Tensor,
               chunk_target: Optional[Tensor], settings: Settings, reference: Optional[Tensor] = None,
-              hops: Optional[int] = None) -> Optional[list[_Part]]:
+              hops: Optional[int] = None, lean_cut: bool = False) -> Union[None, list[_Part], InFull]:
     """The batch on the union of its subgraphs: one forward, one backward per
     target. Each target's relevance is taken on its own subgraph, and must
     not reach beyond it nor its ring (the proof the copies give); ``None``
     where that fails."""
     results = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings, each=True,
-                     reference=reference, num_hops=hops)
-    if results is None:
-        return None
+                     reference=reference, num_hops=hops, lean_cut=lean_cut)
+    if results is None or isinstance(results, InFull):
+        return results
     if settings.mode is None:
         settings.mode = results[0].mode
     parts = []

@@ -44,7 +44,8 @@ from .trim import Trimming, hop_distance
 from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
                       seed_of)
 
-__all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "full_output",
+__all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "InFull",
+           "proves_lean_cuts", "full_output",
            "explanation_of", "resolve_task", "same_output", "fall_back", "input_total"]
 
 
@@ -413,7 +414,8 @@ def full_output(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: d
 
 def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
            target: Optional[Tensor], settings: Settings, each: bool = False, reference: Optional[Tensor] = None,
-           num_hops: Optional[int] = None) -> Union[None, Relevance, list[Relevance]]:
+           num_hops: Optional[int] = None, lean_cut: bool = False
+           ) -> Union[None, Relevance, list[Relevance], "InFull"]:
     """The pass on the cut ``c`` (whose targets ``c.index`` are the input's
     nodes ``rows``), with relevance on the cut's nodes and edges; ``None``
     where the model is not node-level, or (with a :class:`SubgraphWarning`)
@@ -436,13 +438,39 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     (on the full graph, or on the whole cut with unrelated nodes added)
     compares its outputs too; a model that fails it there (one that reads
     out-degrees, or propagates more often than counted) gets the cut in
-    full, and so do the later cuts of the same call."""
+    full, and so do the later cuts of the same call.
+
+    ``lean_cut=True``: ``c`` is lean already (``cut(..., lean=True)``), for
+    a caller whose check is the full graph's output (``reference``, or a
+    graph of at most ``FULL_CHECK_EDGES`` edges; :func:`proves_lean_cuts`):
+    where it fails, :class:`InFull`, and the caller cuts in full."""
     hops = count_hops(model) if num_hops is None else num_hops
-    result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference, hops)
+    if lean_cut and not proves_lean_cuts(reference, edge_index.shape[1]):
+        raise ValueError("lean_cut: a lean cut needs the full graph's output as its check (a check on the cut "
+                         "itself cannot see the edges it leaves out).")
+    result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference, hops, lean_cut)
     if isinstance(result, tuple) and result[0] is _IN_FULL:
         settings.lean = False
-        result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result[1], hops)
+        if lean_cut:
+            return InFull(result[1])
+        result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result[1], hops, False)
     return result
+
+
+def proves_lean_cuts(reference: Optional[Tensor], num_edges: int) -> bool:
+    """Whether a cut's check is the full graph's output (``reference``, or
+    the graph is small enough to run), which proves a cut built lean: a
+    check on the cut itself runs without the edges it leaves out."""
+    return reference is not None or num_edges <= FULL_CHECK_EDGES
+
+
+@dataclass
+class InFull:
+    """:func:`on_cut`'s answer where a lean cut (``lean_cut=True``) did not
+    prove itself: the caller cuts in full and runs :func:`on_cut` again
+    (``reference``: the full graph's output, where the check computed it)."""
+
+    reference: Optional[Tensor]
 
 
 # _on_cut's answer where its lean cut did not prove itself: run the cut in full
@@ -450,7 +478,8 @@ _IN_FULL = object()
 
 
 def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
-            target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor], num_hops: int):
+            target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor], num_hops: int,
+            lean_cut: bool):
     """:func:`on_cut`, once; ``(_IN_FULL, full graph's output)`` where its lean, trimmed pass failed."""
     n, e = x.shape[0], edge_index.shape[1]
     # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
@@ -463,7 +492,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
     # the whole cut or more, so a model that reads out-degrees fails them, and
     # the cut is then run in full.
     flow = message_flow(model)
-    slim = lean(c, flow) if settings.lean else None
+    slim = lean(c, flow) if settings.lean and not lean_cut else None
     run, keep = (c, None) if slim is None else slim
     with Pass(model, settings) as p:
         try:
@@ -481,7 +510,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         except Exception as error:  # e.g. a parameter with one row per node of the graph
             if context is None and isinstance(check, Exception):
                 raise  # the full graph fails too: the model's own error
-            if keep is not None or (trimming is not None and trimming.dropped):  # see below
+            if lean_cut or keep is not None or (trimming is not None and trimming.dropped):  # see below
                 return _IN_FULL, check if context is None else None
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
@@ -503,7 +532,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
         if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
-            if keep is not None or (trimming is not None and trimming.dropped):
+            if lean_cut or keep is not None or (trimming is not None and trimming.dropped):
                 # perhaps only what the lean, trimmed pass leaves out
                 return _IN_FULL, check if context is None else None
             fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "

@@ -169,30 +169,36 @@ def _csr(end: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
 
 
 def cut(index: Tensor, num_hops: int, edge_index: Tensor, num_nodes: int, flow: str = "source_to_target",
-        incidence: Optional[Incidence] = None) -> Cut:
+        incidence: Optional[Incidence] = None, lean: bool = False) -> Cut:
     """The :class:`Cut` of the targets ``index`` (1-D positions) together,
     for a model with ``num_hops`` hops along ``flow``: ``S_L``, the nodes
     within ``L`` hops of any target (PyG's ``k_hop_subgraph``), and every
     edge touching it. From ``incidence`` (:class:`Incidence` of
     ``edge_index``) where the caller has one, else by ``L + 2`` passes over
-    the edge list (for one cut, cheaper than sorting it)."""
+    the edge list (for one cut, cheaper than sorting it).
+
+    ``lean=True``: only the edges that ``S_L`` reads (its incoming messages
+    under ``flow``), with the ring slots numbered over the outside nodes
+    ``S_L`` reads: the pass of :func:`lean`, built without the rest, about
+    half the work. Only a check against the full graph's output can prove
+    it (see :func:`lean`)."""
     group = torch.zeros_like(index)
-    return _cuts(index, group, 1, num_hops, incidence or _Scan(edge_index, num_nodes), flow)[0]
+    return _cuts(index, group, 1, num_hops, incidence or _Scan(edge_index, num_nodes), flow, lean)[0]
 
 
 def cut_each(index: Tensor, num_hops: int, edge_index: Tensor, num_nodes: int, flow: str = "source_to_target",
-             incidence: Optional[Incidence] = None) -> tuple[Cut, list[int], list[int]]:
+             incidence: Optional[Incidence] = None, lean: bool = False) -> tuple[Cut, list[int], list[int]]:
     """The cut of each target alone, for all of ``index`` at once: what
     ``disjoint_union([cut(t.view(1), ...) for t in index])`` returns (the
     union of the copies, with the first node and first edge of each), in
     time proportional to the cuts' sizes once ``incidence`` is built.
-    Duplicate targets get a copy each."""
+    Duplicate targets get a copy each. ``lean``: as for :func:`cut`."""
     group = torch.arange(index.numel(), device=index.device)
-    return _cuts(index, group, index.numel(), num_hops, incidence or Incidence(edge_index, num_nodes), flow)
+    return _cuts(index, group, index.numel(), num_hops, incidence or Incidence(edge_index, num_nodes), flow, lean)
 
 
 def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: Union[Incidence, _Scan],
-          flow: str) -> tuple[Cut, list[int], list[int]]:
+          flow: str, lean: bool = False) -> tuple[Cut, list[int], list[int]]:
     """The cut of each group of targets (``group[k]`` is the group of
     ``index[k]``), side by side in group order (``_Scan`` for one group only).
 
@@ -212,19 +218,31 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
         found = torch.unique(frontier[owner] // n * n + graph.edge_index[1 - reader, edge])
         frontier = found[~torch.isin(found, reads)]
         reads = torch.sort(torch.cat([reads, frontier])).values
-    # the edges touching S_L, found at their source (tag 0) and at their
-    # target (tag 1): an edge found once has its other end outside S_L
-    touching = [(reads[owner] // n * e + edge) * 2 + end
-                for end, (owner, edge) in enumerate(graph.edges(reads % n, end) for end in (0, 1))]
-    tagged = torch.sort(torch.cat(touching)).values
-    first = torch.ones_like(tagged, dtype=torch.bool)
-    first[1:] = tagged[1:] // 2 != tagged[:-1] // 2
-    starts = first.nonzero().view(-1)
-    once = torch.diff(starts, append=starts.new_tensor([tagged.numel()])) == 1
-    edges, found_at = tagged[starts] // 2, tagged[starts] % 2
-    edge_group, edge_id = edges // e, edges % e
-    ends = edge_group * n + graph.edge_index[:, edge_id]
-    ring_ends = torch.stack([once & (found_at == 1), once & (found_at == 0)])
+    if lean:
+        # the edges S_L reads, each found once, at its reading end; its
+        # other end is in the ring where it is not in S_L
+        owner, edge = graph.edges(reads % n, reader)
+        edges = torch.sort(reads[owner] // n * e + edge).values
+        edge_group, edge_id = edges // e, edges % e
+        ends = edge_group * n + graph.edge_index[:, edge_id]
+        source = ends[1 - reader]
+        at = torch.searchsorted(reads, source).clamp_(max=max(reads.numel() - 1, 0))
+        ring_ends = torch.zeros_like(ends, dtype=torch.bool)
+        ring_ends[1 - reader] = reads[at] != source
+    else:
+        # the edges touching S_L, found at their source (tag 0) and at their
+        # target (tag 1): an edge found once has its other end outside S_L
+        touching = [(reads[owner] // n * e + edge) * 2 + end
+                    for end, (owner, edge) in enumerate(graph.edges(reads % n, end) for end in (0, 1))]
+        tagged = torch.sort(torch.cat(touching)).values
+        first = torch.ones_like(tagged, dtype=torch.bool)
+        first[1:] = tagged[1:] // 2 != tagged[:-1] // 2
+        starts = first.nonzero().view(-1)
+        once = torch.diff(starts, append=starts.new_tensor([tagged.numel()])) == 1
+        edges, found_at = tagged[starts] // 2, tagged[starts] % 2
+        edge_group, edge_id = edges // e, edges % e
+        ends = edge_group * n + graph.edge_index[:, edge_id]
+        ring_ends = torch.stack([once & (found_at == 1), once & (found_at == 0)])
     # Re-keyed with room for the ring slots: node v of group g is g * b + v,
     # ring slot s of group g is g * b + n + s (after the group's nodes).
     slot = _ring_slots(ends, ring_ends, n)
