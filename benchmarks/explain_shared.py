@@ -17,6 +17,10 @@ For ``--targets`` random nodes, in one process and one run:
 * ``auto-own-checks``: ``auto`` with every batch checked on its own (that
   rule switched off inside the script), the alternative to the shared
   check; its relevance must equal ``auto``'s exactly;
+* ``auto-sparse``: ``auto`` with ``output='sparse'`` (the relevance as
+  sparse target x node and target x edge matrices, no ``Explanation`` per
+  target, and lean cuts made directly where the full graph checks them);
+  its node and edge relevance must equal ``auto``'s exactly;
 * ``floor``: what any explanation of one target needs at least, as the
   issue defines it: PyG's ``k_hop_subgraph`` (4 hops: the 3 the model reads
   and the degrees of the outermost), one plain forward and one backward on
@@ -33,7 +37,7 @@ to rounding). Run: ``python benchmarks/explain_shared.py`` (a few minutes on
 2 CPU cores); writes ``benchmarks/results/explain_shared.md``. The issue's
 setting (200 targets, up to 300k nodes, ``auto`` only):
 ``python benchmarks/explain_shared.py --sizes 10000 100000 300000 --targets 200 --ways auto auto-own-checks
---loop 4 --out benchmarks/results/explain_nodes_200.md``.
+auto-sparse --loop 4 --out benchmarks/results/explain_nodes_200.md``.
 """
 from __future__ import annotations
 
@@ -101,7 +105,7 @@ def main(argv=None) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--loop", type=int, default=8, help="targets timed in the loop (then scaled)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--ways", nargs="+", choices=["copies", "shared", "auto", "auto-own-checks"],
+    parser.add_argument("--ways", nargs="+", choices=["copies", "shared", "auto", "auto-own-checks", "auto-sparse"],
                         default=["copies", "shared", "auto"])
     parser.add_argument("--out", type=Path, default=RESULTS / "explain_shared.md")
     args = parser.parse_args(argv)
@@ -132,12 +136,20 @@ def main(argv=None) -> None:
             try:
                 times[way] = seconds(lambda: results.__setitem__(way, lrp.explain_nodes(
                     model, x, edge_index, targets, batch_size=args.batch_size,
-                    strategy="auto" if own_checks else way)))
+                    strategy="auto" if way.startswith("auto") else way,
+                    output="sparse" if way == "auto-sparse" else "list")))
             finally:
                 explainers_api._shares_reference = shares_reference
         if {"auto", "auto-own-checks"} <= set(results):
             assert all(torch.equal(a.node_mask, b.node_mask) and torch.equal(a.edge_mask, b.edge_mask)
                        for a, b in zip(results["auto"], results["auto-own-checks"])), "the checks changed a mask"
+        if {"auto", "auto-sparse"} <= set(results):
+            nodes, edges = torch.zeros(targets.numel(), n), torch.zeros(targets.numel(), edge_index.shape[1])
+            for k, ex in enumerate(results["auto"]):
+                nodes[k, ex.node_index] = ex.node_mask.sum(dim=-1)
+                edges[k, ex.edge_id] = ex.edge_mask
+            assert torch.equal(results["auto-sparse"].node_relevance.to_dense(), nodes) and torch.equal(
+                results["auto-sparse"].edge_relevance.to_dense(), edges), "the sparse output differs from the list"
         diff = max(float((a.node_mask - b.node_mask).abs().max()) for a, b in zip(results["copies"],
                                                                                   results["shared"])) \
             if {"copies", "shared"} <= set(times) else None
@@ -150,16 +162,18 @@ def main(argv=None) -> None:
 
         rows.append([f"{n:,} / {10 * n:,}", f"{own:,.0f}", f"{union:,.0f}", f"{1000 * base:.1f}",
                      f"{1000 * loop / targets.numel():.1f}",
-                     *(f"{ms[w]:.1f}" if w in ms else "n/a" for w in ("copies", "shared", "auto", "auto-own-checks")),
+                     *(f"{ms[w]:.1f}" if w in ms else "n/a"
+                       for w in ("copies", "shared", "auto", "auto-own-checks", "auto-sparse")),
                      over(ms.get("auto-own-checks"), ms.get("auto")),
                      over(ms.get("copies"), ms.get("shared")), over(ms.get("auto"), best),
                      over(ms.get("auto"), 1000 * base), over(1000 * loop / targets.numel(), ms.get("auto")),
+                     over(1000 * loop / targets.numel(), ms.get("auto-sparse")),
                      "n/a" if diff is None else f"{diff:.1e}"])
         print(" | ".join(rows[-1]), flush=True)
     header = ["nodes / edges", "own subgraph (nodes + edges)", "batch union", "floor ms/target", "loop ms/target",
               "copies ms/target", "shared ms/target", "auto ms/target", "auto, one check per batch ms/target",
-              "that / auto", "copies / shared", "auto / best",
-              "auto / floor", "loop / auto", "max abs(copies - shared)"]
+              "auto, sparse output ms/target", "that / auto", "copies / shared", "auto / best",
+              "auto / floor", "loop / auto", "loop / auto (sparse)", "max abs(copies - shared)"]
     lines = [
         "# explain_nodes: disjoint copies, shared forward, and a loop",
         "",

@@ -136,3 +136,25 @@ def test_explain_nodes_trims_and_equals_one_by_one():
         for got in (ex, sh):
             torch.testing.assert_close(got.node_mask, one.node_mask[got.node_index], rtol=0, atol=1e-12)
             torch.testing.assert_close(got.edge_mask, one.edge_mask[got.edge_id], rtol=0, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=25),
+       st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8)), max_size=25))
+def test_messages_are_matched_to_edges_by_pair_in_order(edges, messages):
+    """The routing of a trimmed layer's messages (a subset of the edges, in
+    order, plus self-loops): each message finds the input edge with its
+    pair, the k-th repeat of a pair the k-th edge with it, against a loop;
+    the same with the edges sorted once beforehand (node ids past their
+    largest fall back to a sort of their own)."""
+    from torch_geometric_lrp.explainers.edges import SortedEdges, match_edges
+    e = torch.tensor(edges, dtype=torch.long).view(-1, 2).t()
+    m = torch.tensor(messages, dtype=torch.long).view(-1, 2).t()
+    expected, used = [], set()
+    for pair in messages:
+        k = next((j for j, p in enumerate(edges) if p == pair and j not in used), -1)
+        used.add(k)
+        expected.append(k)
+    assert match_edges(e, m).tolist() == expected
+    if e.numel():
+        assert match_edges(e, m, SortedEdges.of(e)).tolist() == expected

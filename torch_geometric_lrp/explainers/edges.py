@@ -21,23 +21,41 @@ from torch_geometric.nn.module_dict import ModuleDict as PyGModuleDict
 
 from ..mode import current_mode
 
-__all__ = ["EdgeRelevance", "match_edges", "Routing", "route"]
+__all__ = ["EdgeRelevance", "match_edges", "Routing", "route", "SortedEdges"]
 
 
-def match_edges(edges: Tensor, messages: Tensor) -> Tensor:
+@dataclass
+class SortedEdges:
+    """Edges ``[2, E]`` as keys ``source * base + target`` sorted (stably),
+    with their columns: sorted once, matched against many message lists."""
+
+    base: int
+    keys: Tensor
+    order: Tensor
+
+    @classmethod
+    def of(cls, edges: Tensor, base: Optional[int] = None) -> "SortedEdges":
+        base = int(edges.max()) + 1 if base is None else base
+        keys, order = torch.sort(edges[0] * base + edges[1], stable=True)
+        return cls(base, keys, order)
+
+
+def match_edges(edges: Tensor, messages: Tensor, sorted_edges: Optional[SortedEdges] = None) -> Tensor:
     """For each column of ``messages`` ``[2, M]``, the column of ``edges``
     ``[2, E]`` with the same pair, or ``-1``. A pair that appears k times in
-    both is matched in order."""
+    both is matched in order. ``sorted_edges``: ``edges`` sorted already
+    (:class:`SortedEdges`), used where the messages' node ids fit its base."""
     if messages.numel() == 0 or edges.numel() == 0:
         return torch.full((messages.shape[1],), -1, dtype=torch.long, device=messages.device)
-    n = int(max(int(edges.max()), int(messages.max()))) + 1
-    a = edges[0] * n + edges[1]
+    top = int(messages.max())
+    if sorted_edges is None or top >= sorted_edges.base:
+        sorted_edges = SortedEdges.of(edges, max(int(edges.max()), top) + 1)
+    n, a_sorted, a_order = sorted_edges.base, sorted_edges.keys, sorted_edges.order
     b = messages[0] * n + messages[1]
-    a_sorted, a_order = torch.sort(a, stable=True)
     b_sorted, b_order = torch.sort(b, stable=True)
     rank = torch.arange(b.numel(), device=b.device) - torch.searchsorted(b_sorted, b_sorted)
     candidate = torch.searchsorted(a_sorted, b_sorted) + rank
-    found = candidate < a.numel()
+    found = candidate < a_sorted.numel()
     found[found.clone()] = a_sorted[candidate[found]] == b_sorted[found]
     match = torch.full_like(b, -1)
     match[b_order[found]] = a_order[candidate[found]]
@@ -59,9 +77,9 @@ class Routing:
     other: Tensor
 
 
-def route(edges: Tensor, messages: Tensor) -> Routing:
+def route(edges: Tensor, messages: Tensor, sorted_edges: Optional[SortedEdges] = None) -> Routing:
     """The :class:`Routing` of messages over ``messages`` ``[2, M]`` onto the
-    input ``edges`` ``[2, E]``."""
+    input ``edges`` ``[2, E]`` (``sorted_edges``: see :func:`match_edges`)."""
     num = edges.shape[1]
     head_of = messages[:, :num] if messages.shape[1] >= num else None
     if head_of is not None and (torch.equal(head_of, edges) or (num and torch.equal(head_of, edges.flip(0)))):
@@ -76,7 +94,7 @@ def route(edges: Tensor, messages: Tensor) -> Routing:
         message, edge = head, head
     else:
         rest = torch.arange(messages.shape[1], device=messages.device)
-        match_rest = match_edges(edges, messages)
+        match_rest = match_edges(edges, messages, sorted_edges)
         found = match_rest >= 0
         message, edge = rest[found], match_rest[found]
     unmatched = rest[match_rest < 0]
@@ -114,6 +132,7 @@ class EdgeRelevance:
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
         self._last: Optional[tuple[Tensor, list]] = None
+        self._sorted: Optional[SortedEdges] = None
 
     def reset(self) -> None:
         """Start from zero for another backward over the same forward (new
@@ -176,7 +195,11 @@ class EdgeRelevance:
                 self._last[0] is edges or (self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
             return self._last[1]
         if not self.hetero:
-            located = [(None, route(self._inputs[None], edges))]
+            if self._sorted is None and edges.shape[1] != self._inputs[None].shape[1]:
+                # messages over another edge list than the input (a trimmed
+                # layer, trim.py): the input's pairs sorted once for all layers
+                self._sorted = SortedEdges.of(self._inputs[None]) if self._inputs[None].numel() else None
+            located = [(None, route(self._inputs[None], edges, self._sorted))]
         else:
             located = self._locate_hetero(layer, edges)
         self._last = (edges, located, self._edge_type_of.get(id(layer)))
