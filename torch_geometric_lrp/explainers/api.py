@@ -220,7 +220,7 @@ BACKWARD_OVERHEAD = 2000
 COPIES_BUDGET = 100_000
 #: The same for passes whose layers are trimmed (:mod:`.trim`, the default):
 #: they propagate about a tenth of a cut's messages, and at 100k nodes
-#: 64 targets per pass cost 0.85x of 4 per pass.
+#: 64 targets per pass cost about 0.9x of 4 per pass.
 TRIMMED_BUDGET = 400_000
 
 

@@ -134,7 +134,8 @@ class Pass:
 
     def trim(self, hop: Tensor, num_hops: int) -> Trimming:
         """From here on, the model's layers propagate only the messages that
-        the nodes at ``hop`` 0 read (:class:`~.trim.Trimming`)."""
+        the nodes at ``hop`` 0 read
+        (:class:`~torch_geometric_lrp.explainers.trim.Trimming`)."""
         self._trimming = self._stack.enter_context(Trimming(self.model, hop, num_hops))
         return self._trimming
 
@@ -434,7 +435,8 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
 
     The pass first runs on the lean cut
     (:func:`~torch_geometric_lrp.explainers.subgraph.lean`) with its layers
-    trimmed to the messages the targets read (:mod:`.trim`), and the check
+    trimmed to the messages the targets read
+    (:mod:`~torch_geometric_lrp.explainers.trim`), and the check
     (on the full graph, or on the whole cut with unrelated nodes added)
     compares its outputs too; a model that fails it there (one that reads
     out-degrees, or propagates more often than counted) gets the cut in
@@ -503,6 +505,9 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         inputs = slice_inputs(kwargs, run, n, e)[0]
         trimming = p.trim(hop_distance(run.edge_index, c.index, c.num_nodes, num_hops, flow), num_hops) \
             if settings.lean else None
+
+        def slimmed() -> bool:  # the pass left messages out: a lean cut, or trimmed layers
+            return lean_cut or keep is not None or (trimming is not None and trimming.dropped)
         try:
             out = p.forward(x[c.nodes], run.edge_index, inputs)
         except UnsupportedOpError:
@@ -510,7 +515,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         except Exception as error:  # e.g. a parameter with one row per node of the graph
             if context is None and isinstance(check, Exception):
                 raise  # the full graph fails too: the model's own error
-            if lean_cut or keep is not None or (trimming is not None and trimming.dropped):  # see below
+            if slimmed():
                 return _IN_FULL, check if context is None else None
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
@@ -532,8 +537,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
         if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
-            if lean_cut or keep is not None or (trimming is not None and trimming.dropped):
-                # perhaps only what the lean, trimmed pass leaves out
+            if slimmed():  # perhaps only what the lean, trimmed pass leaves out
                 return _IN_FULL, check if context is None else None
             fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "
                              "further than its message-passing layers count (a layer applied more often than it "

@@ -180,8 +180,9 @@ def cut(index: Tensor, num_hops: int, edge_index: Tensor, num_nodes: int, flow: 
     ``lean=True``: only the edges that ``S_L`` reads (its incoming messages
     under ``flow``), with the ring slots numbered over the outside nodes
     ``S_L`` reads: the pass of :func:`lean`, built without the rest, about
-    half the work. Only a check against the full graph's output can prove
-    it (see :func:`lean`)."""
+    half the work. A check on the cut itself (:func:`with_context`) would
+    run without the edges it leaves out, so only the full graph's output
+    proves it."""
     group = torch.zeros_like(index)
     return _cuts(index, group, 1, num_hops, incidence or _Scan(edge_index, num_nodes), flow, lean)[0]
 
