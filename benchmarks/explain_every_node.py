@@ -26,11 +26,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
-import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -41,7 +38,7 @@ import torch_geometric
 import torch_geometric_lrp as lrp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from explain_torchrun import problem  # noqa: E402  (the same graph, model and seed)
+from explain_torchrun import parse, problem, under_torchrun  # noqa: E402  (the same graph, model and seed)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -97,19 +94,12 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=25_000)
     parser.add_argument("--check", type=int, default=16, help="targets compared with one-by-one explanations")
     parser.add_argument("--out", type=Path, default=RESULTS / "explain_every_node.md")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)  # set by the torchrun launch below
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore", category=UserWarning)
+    args = parse(parser)
     if args.worker:
         return worker(args)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = Path(tmp) / "rank0.pt"
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        subprocess.run(["torchrun", "--standalone", "--nproc_per_node=2", __file__, "--nodes", str(args.nodes),
-                        "--chunk", str(args.chunk), "--check", str(args.check), "--worker", str(saved)],
-                       check=True, env=env)
-        run = torch.load(saved)
+    run = under_torchrun(__file__, ["--nodes", str(args.nodes), "--chunk", str(args.chunk), "--check",
+                                    str(args.check)])
     model, x, edge_index, _ = problem(args.nodes, 1)
     worst = 0.0  # largest difference to the target explained alone, relative to the row's largest value
     for v, (node_row, edge_row) in run["rows"].items():

@@ -82,6 +82,27 @@ def single(args, threads: int):
     return time.perf_counter() - start, result
 
 
+def parse(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The arguments, with ``--worker FILE`` (set by :func:`under_torchrun`
+    for the ranks), and PyG's user warnings silenced."""
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", category=UserWarning)
+    return args
+
+
+def under_torchrun(script: str, argv: list[str]) -> dict:
+    """Run ``script argv --worker FILE`` under ``torchrun --standalone
+    --nproc_per_node=2`` (one thread per rank) and return what rank 0 saved
+    in ``FILE``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = Path(tmp) / "rank0.pt"
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        subprocess.run(["torchrun", "--standalone", "--nproc_per_node=2", script, *argv, "--worker", str(saved)],
+                       check=True, env=env)
+        return torch.load(saved)
+
+
 def same(a, b) -> bool:
     if a.layout == torch.sparse_coo:
         a, b = a.coalesce(), b.coalesce()
@@ -95,21 +116,14 @@ def main() -> None:
     parser.add_argument("--targets", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--out", type=Path, default=RESULTS / "explain_torchrun.md")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)  # set by the torchrun launch below
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore", category=UserWarning)
+    args = parse(parser)
     if args.worker:
         return worker(args)
     started = time.perf_counter()
     one_thread, reference = single(args, 1)
     two_threads, _ = single(args, 2)
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = Path(tmp) / "rank0.pt"
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        subprocess.run(["torchrun", "--standalone", "--nproc_per_node=2", __file__, "--nodes", str(args.nodes),
-                        "--targets", str(args.targets), "--batch-size", str(args.batch_size),
-                        "--worker", str(saved)], check=True, env=env)
-        two = torch.load(saved)
+    two = under_torchrun(__file__, ["--nodes", str(args.nodes), "--targets", str(args.targets),
+                                    "--batch-size", str(args.batch_size)])
     equal = all(same(two[k], getattr(reference, k)) for k in FIELDS)
     t = args.targets
     rows = [("1 process, 1 thread", one_thread), ("1 process, 2 threads", two_threads),
