@@ -585,7 +585,7 @@ def _on_union(model, x: Tensor, edge_index: Tensor, kwargs: dict, union: Cut, ow
     """The batch on the union of its subgraphs: one forward, one backward per
     target. Each target's relevance is taken on its own subgraph, and must
     not reach beyond it nor its ring (the proof the copies give); ``None``
-    where that fails."""
+    where that fails. ``hops`` and ``lean_cut``: as for :func:`_on_copies`."""
     results = on_cut(model, x, edge_index, kwargs, union, chunk, chunk_target, settings, each=True,
                      reference=reference, num_hops=hops, lean_cut=lean_cut)
     if results is None or isinstance(results, InFull):

@@ -451,11 +451,12 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
         raise ValueError("lean_cut: a lean cut needs the full graph's output as its check (a check on the cut "
                          "itself cannot see the edges it leaves out).")
     result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference, hops, lean_cut)
-    if isinstance(result, tuple) and result[0] is _IN_FULL:
+    if isinstance(result, InFull):
         settings.lean = False
         if lean_cut:
-            return InFull(result[1])
-        result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result[1], hops, False)
+            return result
+        result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result.reference, hops,
+                         False)
     return result
 
 
@@ -468,21 +469,19 @@ def proves_lean_cuts(reference: Optional[Tensor], num_edges: int) -> bool:
 
 @dataclass
 class InFull:
-    """:func:`on_cut`'s answer where a lean cut (``lean_cut=True``) did not
-    prove itself: the caller cuts in full and runs :func:`on_cut` again
-    (``reference``: the full graph's output, where the check computed it)."""
+    """The answer of a pass on a cut whose lean cut or trimmed layers did
+    not prove themselves: the cut runs again in full (``_on_cut`` to
+    :func:`on_cut`), or, for a cut made lean (``lean_cut=True``), the
+    caller cuts in full and runs :func:`on_cut` again (``reference``: the
+    full graph's output, where the check computed it)."""
 
     reference: Optional[Tensor]
-
-
-# _on_cut's answer where its lean cut did not prove itself: run the cut in full
-_IN_FULL = object()
 
 
 def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
             target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor], num_hops: int,
             lean_cut: bool):
-    """:func:`on_cut`, once; ``(_IN_FULL, full graph's output)`` where its lean, trimmed pass failed."""
+    """:func:`on_cut`, once; :class:`InFull` where its lean, trimmed pass failed."""
     n, e = x.shape[0], edge_index.shape[1]
     # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
     # output itself (a proof that the cut gives the targets' outputs); above,
@@ -516,7 +515,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             if context is None and isinstance(check, Exception):
                 raise  # the full graph fails too: the model's own error
             if slimmed():
-                return _IN_FULL, check if context is None else None
+                return InFull(check if context is None else None)
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
         # a graph-level output of a one-node cut also has one row per node:
@@ -538,7 +537,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             return None
         if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
             if slimmed():  # perhaps only what the lean, trimmed pass leaves out
-                return _IN_FULL, check if context is None else None
+                return InFull(check if context is None else None)
             fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "
                              "further than its message-passing layers count (a layer applied more often than it "
                              "appears) or reads the graph as a whole (a statistic over all nodes, node positions "

@@ -117,8 +117,9 @@ class Trimming:
             return None
         left = self.num_hops - 1 - self._depth(layer)
         edge_index, size, kwargs = inputs
+        # left < 0: more propagations than counted (the cut's check decides)
         if left < 0 or not _plain_edges(edge_index):
-            return None  # more propagations than counted: the cut's check decides
+            return None
         reader = edge_index[1 if layer.flow == "source_to_target" else 0]
         if not reader.numel() or int(reader.max()) >= self.hop.numel():
             return None
