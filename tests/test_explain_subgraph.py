@@ -292,7 +292,7 @@ def test_ring_slots_give_the_full_graphs_explanation(cls, pass_sizes):
     x, edge_index = dense_directed_graph()
     c = subgraph.cut(torch.tensor([7]), subgraph.count_hops(model), edge_index, x.shape[0],
                      subgraph.message_flow(model))
-    spelled, _ = subgraph.spelled_out(c, edge_index)
+    spelled, _, _ = subgraph.spelled_out(c, edge_index, x.shape[0])
     assert 3 * c.num_nodes < spelled.num_nodes  # the slots stand for many outside nodes here
     with warnings.catch_warnings():
         warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
@@ -433,7 +433,8 @@ def test_explain_nodes_lists_the_subgraph_as_the_input_has_it(strategy):
     targets = [7, 8, 7]
     listed = lrp.explain_nodes(model, x, edge_index, torch.tensor(targets), strategy=strategy)
     for ex, t in zip(listed, targets, strict=True):
-        spelled, _ = subgraph.spelled_out(subgraph.cut(torch.tensor([t]), 2, edge_index, x.shape[0]), edge_index)
+        spelled, _, _ = subgraph.spelled_out(subgraph.cut(torch.tensor([t]), 2, edge_index, x.shape[0]), edge_index,
+                                              x.shape[0])
         assert torch.equal(ex.node_index, spelled.nodes) and torch.equal(ex.edge_id, spelled.edge_id)
         assert torch.equal(ex.node_index[ex.edge_index], edge_index[:, ex.edge_id])
         assert int(ex.node_index[ex.index]) == t and torch.equal(ex.x, x[ex.node_index])

@@ -49,8 +49,8 @@ def test_worked_example_of_ring_slots():
     assert c.ring.tolist() == [False, False, False, True, True]
     assert c.edge_id.tolist() == [0, 1, 2, 3, 4, 5]
     assert c.edge_index.tolist() == [[3, 1, 4, 2, 3, 4], [1, 0, 1, 0, 2, 2]]
-    full, inner = subgraph.spelled_out(c, edge_index)
-    assert full.nodes.tolist() == [0, 1, 2, 3, 4, 5] and inner.tolist() == [0, 1, 2]
+    full, inner, edges = subgraph.spelled_out(c, edge_index, 6)
+    assert full.nodes.tolist() == [0, 1, 2, 3, 4, 5] and inner.tolist() == [0, 1, 2] and edges.tolist() == list(range(6))
     assert torch.equal(full.nodes[full.edge_index], edge_index)
     assert full.ring.tolist() == [False, False, False, True, True, True] and full.index.tolist() == [0]
 
@@ -80,7 +80,7 @@ def test_the_cut_is_every_edge_touching_the_l_hop_nodes(seed, hops, flow):
                  for k in inner), default=0)
     assert int(c.ring.sum()) == slots  # as many ring nodes as the most outside neighbours of one node
     # spelled out, the ring is every end of those edges outside S_L
-    full, _ = subgraph.spelled_out(c, edge_index)
+    full, _, _ = subgraph.spelled_out(c, edge_index, n)
     assert full.nodes.tolist() == sorted(inner | set(kept.reshape(-1).tolist()))
     assert torch.equal(full.nodes[full.edge_index], kept) and torch.equal(full.nodes[full.index], targets)
     assert set(full.nodes[~full.ring].tolist()) == inner
@@ -181,6 +181,19 @@ def definition(index, hops, edge_index, n, flow, lean=False):
                         ring=~reads[torch.tensor(nodes, dtype=torch.long)])
 
 
+def spelled_out_definition(t, hops, edge_index, n, flow):
+    """The subgraph of target ``t`` as listed in its explanation, by a loop:
+    S_L, every edge touching it, their ends; the ring is every node outside S_L."""
+    inner = set(k_hop_subgraph(t.view(1), hops, edge_index, num_nodes=n, flow=flow)[0].tolist())
+    edge_id = [k for k, (a, b) in enumerate(edge_index.t().tolist()) if a in inner or b in inner]
+    nodes = sorted(inner | set(edge_index[:, edge_id].reshape(-1).tolist()))
+    where = {v: k for k, v in enumerate(nodes)}
+    edges = [[where[int(a)], where[int(b)]] for a, b in edge_index[:, edge_id].t()]
+    return subgraph.Cut(nodes=torch.tensor(nodes, dtype=torch.long), edge_id=torch.tensor(edge_id, dtype=torch.long),
+                        edge_index=torch.tensor(edges, dtype=torch.long).view(-1, 2).t(),
+                        index=torch.tensor([where[int(t)]]), ring=torch.tensor([v not in inner for v in nodes]))
+
+
 def assert_same_cut(a, b):
     for name in FIELDS:
         assert torch.equal(getattr(a, name), getattr(b, name)), name
@@ -227,8 +240,15 @@ def test_cut_each_equals_one_cut_per_target(num_nodes, pairs, undirected, target
     reference, ref_node_starts, ref_edge_starts = subgraph.disjoint_union(expected)
     assert (node_starts, edge_starts) == (ref_node_starts, ref_edge_starts)
     assert_same_cut(union, reference)
-    for part, one in zip(subgraph.split(union, node_starts, edge_starts), expected, strict=True):
+    parts = subgraph.split(union, node_starts, edge_starts)
+    for part, one in zip(parts, expected, strict=True):
         assert_same_cut(part, one)
+    # each subgraph as the explanations list it: the same from full and lean cuts
+    spelled = subgraph.spelled_out_each(parts, incidence, flow)
+    for t, part, (full, inner, edges) in zip(index, parts, spelled, strict=True):
+        assert_same_cut(full, spelled_out_definition(t, hops, edge_index, num_nodes, flow))
+        assert torch.equal(full.nodes[inner], part.nodes[~part.ring]) and torch.equal(full.edge_id[edges],
+                                                                                         part.edge_id)
     expected = definition(index, hops, edge_index, num_nodes, flow, lean)
     assert_same_cut(subgraph.cut(index, hops, edge_index, num_nodes, flow, incidence, lean), expected)
     assert_same_cut(subgraph.cut(index, hops, edge_index, num_nodes, flow, lean=lean), expected)  # by scans
@@ -284,3 +304,16 @@ def test_ring_slots_of_node_keys_too_large_to_pair():
     small = subgraph._ring_slots(group * 50 + local, outside, 50)
     assert int(small.max()) > 0
     assert torch.equal(subgraph._ring_slots(group * 2 ** 40 + local, outside, 2 ** 40), small)
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.integers(0, 40), max_size=80), spare=st.integers(0, 60))
+def test_unique_keys_by_marks_or_by_sorting(keys, spare):
+    """Both ways of ``_unique`` (marks where the key space is no larger than
+    the keys, a sort elsewhere) give ``torch.unique``'s keys and inverse."""
+    keys = torch.tensor(keys, dtype=torch.long)
+    bound = (int(keys.max()) + 1 if keys.numel() else 0) + spare
+    found, inverse = subgraph._unique(keys, bound, return_inverse=True)
+    expected, expected_inverse = torch.unique(keys, return_inverse=True)
+    assert torch.equal(found, expected) and torch.equal(inverse, expected_inverse)
+    assert torch.equal(subgraph._unique(keys, bound), expected)

@@ -18,7 +18,7 @@ from . import core
 from .core import (InFull, Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
                    full_output, input_total, on_cut, on_graph, proves_lean_cuts)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
-                       spelled_out, split)
+                       spelled_out_each, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
                       check_view, check_x)
 
@@ -357,12 +357,13 @@ def explain_nodes(
     mine = shard.block(index.numel(), batch_size, rank, world_size)
 
     def run() -> Union[list[Explanation], NodeRelevance]:
-        parts = _parts(model, x, edge_index, kwargs, index[mine], target[mine] if per_target else target,
-                       per_target, count_hops(model) if num_hops is None else num_hops, message_flow(model),
-                       settings, batch_size, progress if rank == 0 else False, strategy, listed=output == "list")
+        graph, flow = Incidence(edge_index, n), message_flow(model)  # the one pass over the edge list
+        batches = _parts(model, x, edge_index, kwargs, index[mine], target[mine] if per_target else target,
+                         per_target, count_hops(model) if num_hops is None else num_hops, flow,
+                         settings, batch_size, progress if rank == 0 else False, strategy, graph)
         if output == "list":
-            return [_explanation(part, x, edge_index, mask) for part in parts]
-        return _sparse(parts, index[mine], n, e, mask)
+            return [ex for parts in batches for ex in _explanations(parts, x, edge_index, graph, flow, mask)]
+        return _sparse((part for parts in batches for part in parts), index[mine], n, e, mask)
 
     if world_size == 1:
         return run()
@@ -391,21 +392,18 @@ class _Part:
 
 def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, target: Optional[Tensor],
            per_target: bool, hops: int, flow: str, settings: Settings, batch_size: int,
-           progress: Optional[bool], strategy: str = "auto", listed: bool = True) -> Iterator[_Part]:
-    """The relevance of each target of ``index``, in order, batch by batch.
-    ``listed``: the parts become ``Explanation`` s, which list each subgraph
-    with all its edges, so their cuts are made in full; otherwise a batch's
-    cuts are made lean where the full graph's output checks them
-    (:func:`~.core.proves_lean_cuts`)."""
+           progress: Optional[bool], strategy: str, graph: Incidence) -> Iterator[list[_Part]]:
+    """The relevance of each target of ``index``, in order, one list of parts
+    per batch. A batch's cuts are lean where the full graph's output checks
+    them (:func:`~.core.proves_lean_cuts`); ``graph``: the edges at each node."""
     n, e = x.shape[0], edge_index.shape[1]
-    graph = Incidence(edge_index, n)  # the one pass over the edge list
     starts = range(0, index.numel(), batch_size)
     show = progress if progress is not None else (None if len(starts) > 1 else False)
     reference = None  # the full graph's output, where the batches share it (see _shares_reference)
     for start in tqdm(starts, desc="LRP", unit="batch", disable=None if show is None else not show):
         chunk = index[start:start + batch_size]
         chunk_target = target[start:start + batch_size] if per_target else target
-        lean_cut = settings.lean and not listed and proves_lean_cuts(reference, e)
+        lean_cut = settings.lean and proves_lean_cuts(reference, e)
         b = _cut_batch(chunk, hops, edge_index, n, flow, graph, strategy, settings, lean_cut)
         if start == 0 and _shares_reference(b.union if b.union is not None else b.copies, n, e, len(starts)):
             reference = full_output(model, x, edge_index, kwargs, settings)
@@ -416,7 +414,7 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
             reference = reference if reference is not None else parts.reference
             b = _cut_batch(chunk, hops, edge_index, n, flow, graph, strategy, settings, False)
             parts = _run_batch(b, reference=reference, **run)
-        yield from parts
+        yield parts
 
 
 @dataclass
@@ -629,20 +627,31 @@ def _rows(values: Optional[Tensor], where: Union[slice, Tensor]) -> Optional[Ten
     return None if values is None else values[where]
 
 
-def _explanation(part: _Part, x: Tensor, edge_index: Tensor, mask: str) -> Explanation:
-    """The ``Explanation`` of one target, on its subgraph (or the whole graph)."""
-    c = part.cut
-    relevance, self_loops, embedding = part.relevance, part.self_loops, part.embedding
-    if c is not None:
-        # the subgraph as the input has it: each ring node of the cut stands
-        # for several outside nodes, which the explanation lists one by one
-        kept = ~c.ring
-        c, inner = spelled_out(c, edge_index)
+def _explanations(parts: list[_Part], x: Tensor, edge_index: Tensor, graph: Incidence, flow: str,
+                  mask: str) -> list[Explanation]:
+    """The ``Explanation`` of each part of a batch, on its subgraph as the
+    input has it (or on the whole graph): each ring slot of a cut stands for
+    several outside nodes, which the explanation lists one by one, and a
+    lean cut's subgraph gets back the edges its pass left out, with 0."""
+    spelled = iter(spelled_out_each([p.cut for p in parts if p.cut is not None], graph, flow))
+    return [_explanation(part, x, edge_index, None if part.cut is None else next(spelled), mask) for part in parts]
+
+
+def _explanation(part: _Part, x: Tensor, edge_index: Tensor, spelled: Optional[tuple[Cut, Tensor, Tensor]],
+                 mask: str) -> Explanation:
+    """The ``Explanation`` of one target, on the subgraph ``spelled`` (the
+    output of :func:`~.subgraph.spelled_out_each` for its cut), or the whole graph."""
+    relevance, edge, self_loops, edge_attr, embedding = \
+        part.relevance, part.edge, part.self_loops, part.edge_attr, part.embedding
+    if spelled is not None:
+        c, inner, edges = spelled
+        kept = ~part.cut.ring
         relevance, self_loops, embedding = (_spread(_rows(v, kept), inner, c.num_nodes)
                                             for v in (relevance, self_loops, embedding))
-    ex = explanation_of(relevance, part.edge, self_loops, part.edge_attr, part.score, part.accounting,
+        edge, edge_attr = (_spread(v, edges, c.edge_id.numel()) for v in (edge, edge_attr))
+    ex = explanation_of(relevance, edge, self_loops, edge_attr, part.score, part.accounting,
                         MaskType.attributes, MaskType.object, mask, embedding=embedding)
-    if c is None:
+    if spelled is None:
         ex.node_index = torch.arange(x.shape[0], device=x.device)
         ex.edge_id = torch.arange(edge_index.shape[1], device=edge_index.device)
         ex.x, ex.edge_index, ex.index = x, edge_index, part.position

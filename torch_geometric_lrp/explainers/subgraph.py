@@ -60,7 +60,8 @@ from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
 from torch_geometric.utils import cumsum
 
 __all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "slice_inputs",
-           "reaches_ring", "count_hops", "hops_of", "message_flow", "pays_off", "spelled_out", "lean"]
+           "reaches_ring", "count_hops", "hops_of", "message_flow", "pays_off", "spelled_out",
+           "spelled_out_each", "lean"]
 
 
 def count_hops(model: torch.nn.Module) -> int:
@@ -216,7 +217,7 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
     reads = frontier = torch.unique(group * n + index)  # S_0, then S_1, ..., S_L
     for _ in range(num_hops):
         owner, edge = graph.edges(frontier % n, reader)
-        found = torch.unique(frontier[owner] // n * n + graph.edge_index[1 - reader, edge])
+        found = _unique(frontier[owner] // n * n + graph.edge_index[1 - reader, edge], num_groups * n)
         frontier = found[~torch.isin(found, reads)]
         reads = torch.sort(torch.cat([reads, frontier])).values
     if lean:
@@ -249,8 +250,8 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
     slot = _ring_slots(ends, ring_ends, n)
     b = n + (int(slot.max()) + 1 if slot.numel() else 0)
     keys = ends // n * b + torch.where(ring_ends, n + slot, ends % n)
-    nodes, position = torch.unique(torch.cat([group * b + index, keys.view(-1), reads // n * b + reads % n]),
-                                   return_inverse=True)
+    nodes, position = _unique(torch.cat([group * b + index, keys.view(-1), reads // n * b + reads % n]),
+                              num_groups * b, return_inverse=True)
     edge_index = position[index.numel():index.numel() + ends.numel()].view_as(ends)
     local = nodes % b
     ring = local >= n
@@ -261,6 +262,19 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
     union = Cut(nodes=torch.where(ring, stands_for, local), edge_id=edge_id, edge_index=edge_index,
                 index=position[:index.numel()], ring=ring)
     return union, _first(nodes // b, num_groups), _first(edge_group, num_groups)
+
+
+def _unique(keys: Tensor, bound: int, return_inverse: bool = False):
+    """``torch.unique`` of keys in ``0 .. bound - 1``. Where there are no
+    more possible keys than keys (the overlapping subgraphs of a small
+    graph), a mark per possible key and a running count find them without
+    sorting, about 4x faster; elsewhere marks would cost more than the sort."""
+    if bound > keys.numel():
+        return torch.unique(keys, return_inverse=return_inverse)
+    mark = torch.zeros(bound, dtype=torch.bool, device=keys.device)
+    mark[keys] = True
+    found = mark.nonzero().view(-1)
+    return (found, (torch.cumsum(mark, 0) - 1)[keys]) if return_inverse else found
 
 
 def _ring_slots(ends: Tensor, outside: Tensor, n: int) -> Tensor:
@@ -306,22 +320,58 @@ def pays_off(c: Cut, num_nodes: int, num_edges: int) -> bool:
     return 2 * (c.num_nodes + c.edge_id.numel()) <= num_nodes + num_edges
 
 
-def spelled_out(c: Cut, edge_index: Tensor) -> tuple[Cut, Tensor]:
-    """The one-copy cut ``c`` with its ring spelled out, one ring node per
-    outside node (the subgraph of the input that ``c`` stands for, nodes in
-    ascending order), and the positions of ``c``'s inner nodes in it."""
-    kept = ~c.ring
-    inner = c.nodes[kept]
-    ends = edge_index[:, c.edge_id]
-    # one sort: the positions of the inner nodes and of the edges' ends come with it
-    nodes, position = torch.unique(torch.cat([inner, ends.reshape(-1)]), return_inverse=True)
-    at_inner = position[:inner.numel()]
+def spelled_out(c: Cut, edge_index: Tensor, num_nodes: int, flow: str = "source_to_target") \
+        -> tuple[Cut, Tensor, Tensor]:
+    """The subgraph of the input that the one-copy cut ``c`` stands for
+    (:func:`spelled_out_each` of ``c`` alone, its edges found by passes over
+    ``edge_index``)."""
+    return spelled_out_each([c], _Scan(edge_index, num_nodes), flow)[0]
+
+
+def spelled_out_each(cuts: list[Cut], graph: Union[Incidence, _Scan], flow: str = "source_to_target") \
+        -> list[tuple[Cut, Tensor, Tensor]]:
+    """The subgraph of the input that each one-copy cut stands for, as the
+    explanations list it: the cut's inner nodes ``S_L``, every edge of
+    ``graph`` touching them and those edges' other ends, one ring node per
+    outside node (nodes and edges ascending). Full and lean cuts give the
+    same subgraph: it is found from ``S_L`` alone. All cuts at once, by the
+    keys of :func:`_cuts` (``_Scan`` for one cut only). ``cuts`` are made
+    by :func:`cut_each` or :func:`cut` under ``flow``, in full or lean.
+
+    Returns per cut the subgraph, the positions of the cut's inner nodes in
+    it and the positions of the cut's edges among its edges."""
+    if not cuts:
+        return []
+    n, e = max(graph.num_nodes, 1), max(graph.edge_index.shape[1], 1)
+    device = graph.edge_index.device
+    inners = [c.nodes[~c.ring] for c in cuts]  # ascending
+    sizes = torch.tensor([v.numel() for v in inners], device=device)
+    group = torch.repeat_interleave(torch.arange(len(cuts), device=device), sizes)
+    inner = torch.cat(inners)
+    reads = group * n + inner  # ascending: by cut, then by node
+    touching = [group[owner] * e + edge for owner, edge in (graph.edges(inner, end) for end in (0, 1))]
+    edges = _unique(torch.cat(touching), len(cuts) * e)  # an edge inside S_L is found at both ends
+    edge_group, edge_id = edges // e, edges % e
+    ends = edge_group * n + graph.edge_index[:, edge_id]
+    nodes, position = _unique(torch.cat([reads, ends.reshape(-1)]), len(cuts) * n, return_inverse=True)
+    at_inner = position[:reads.numel()]
     ring = torch.ones_like(nodes, dtype=torch.bool)
     ring[at_inner] = False
-    rank = torch.cumsum(kept, 0) - 1  # a cut position's place among the inner nodes (targets are inner)
-    full = Cut(nodes=nodes, edge_id=c.edge_id, edge_index=position[inner.numel():].view_as(ends),
-               index=at_inner[rank[c.index]], ring=ring)
-    return full, at_inner
+    targets = torch.cat([k * n + c.nodes[c.index] for k, c in enumerate(cuts)])
+    union = Cut(nodes=nodes % n, edge_id=edge_id, edge_index=position[reads.numel():].view_as(ends),
+                index=torch.searchsorted(nodes, targets), ring=ring)
+    node_starts, edge_starts = _first(nodes // n, len(cuts)), _first(edge_group, len(cuts))
+    # a full cut has every edge of its subgraph, a lean one those S_L reads
+    reader = 1 if flow == "source_to_target" else 0
+    read = ~ring[union.edge_index[reader]]
+    spelled = []
+    for c, full, at, node_start, edge_start in zip(cuts, split(union, node_starts, edge_starts),
+                                                   at_inner.split(sizes.tolist()), node_starts, edge_starts):
+        edges = torch.arange(full.edge_id.numel(), device=device)
+        if c.edge_id.numel() < edges.numel():
+            edges = read[edge_start:edge_start + edges.numel()].nonzero().view(-1)
+        spelled.append((full, at - node_start, edges))
+    return spelled
 
 
 def disjoint_union(cuts: list[Cut]) -> tuple[Cut, list[int], list[int]]:
