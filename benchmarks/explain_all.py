@@ -73,9 +73,8 @@ def scan_cut(index, num_hops, edge_index, num_nodes, flow="source_to_target"):
 
 
 def scan_cut_each(index, num_hops, edge_index, num_nodes, flow="source_to_target", incidence=None, lean=False):
-    """``cut_each`` by one scan per target (the previous ``explain_nodes``;
-    in full: it runs with the list output, whose cuts are never lean)."""
-    assert not lean, "the scan cut is for the list output, which cuts in full"
+    """``cut_each`` by one scan per target (the previous ``explain_nodes``):
+    in full even where ``lean`` asks for lean cuts, which it did not have."""
     return subgraph.disjoint_union([scan_cut(t.view(1), num_hops, edge_index, num_nodes, flow) for t in index])
 
 
@@ -155,7 +154,7 @@ def main() -> None:
     union, node_starts, edge_starts = batched_cuts(cut_targets[:args.batch_size], edge_index, n, args.batch_size)[0]
     spelled = 0
     for t, c in zip(cut_targets[:args.batch_size], subgraph.split(union, node_starts, edge_starts)):
-        full, _ = subgraph.spelled_out(c, edge_index)
+        full, _, _ = subgraph.spelled_out(c, edge_index, n)
         scanned = scan_cut(t.view(1), 3, edge_index, n)
         for name in ("nodes", "edge_id", "edge_index", "index", "ring"):
             assert torch.equal(getattr(full, name), getattr(scanned, name)), name

@@ -308,12 +308,15 @@ def test_ring_slots_of_node_keys_too_large_to_pair():
 
 @settings(max_examples=60, deadline=None)
 @given(keys=st.lists(st.integers(0, 40), max_size=80), spare=st.integers(0, 60))
-def test_unique_keys_by_marks_or_by_sorting(keys, spare):
-    """Both ways of ``_unique`` (marks where the key space is no larger than
-    the keys, a sort elsewhere) give ``torch.unique``'s keys and inverse."""
+def test_unique_keys_and_membership_by_marks_or_by_sorting(keys, spare):
+    """Both ways of ``_unique`` and ``_isin`` (marks where the key space is no
+    larger than the keys, a sort or binary search elsewhere) give
+    ``torch.unique``'s keys and inverse and ``torch.isin``'s answer."""
     keys = torch.tensor(keys, dtype=torch.long)
     bound = (int(keys.max()) + 1 if keys.numel() else 0) + spare
     found, inverse = subgraph._unique(keys, bound, return_inverse=True)
     expected, expected_inverse = torch.unique(keys, return_inverse=True)
     assert torch.equal(found, expected) and torch.equal(inverse, expected_inverse)
     assert torch.equal(subgraph._unique(keys, bound), expected)
+    members = expected[::2].contiguous()  # ascending
+    assert torch.equal(subgraph._isin(keys, members, bound), torch.isin(keys, members))

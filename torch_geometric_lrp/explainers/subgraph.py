@@ -218,7 +218,7 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
     for _ in range(num_hops):
         owner, edge = graph.edges(frontier % n, reader)
         found = _unique(frontier[owner] // n * n + graph.edge_index[1 - reader, edge], num_groups * n)
-        frontier = found[~torch.isin(found, reads)]
+        frontier = found[~_isin(found, reads, num_groups * n)]
         reads = torch.sort(torch.cat([reads, frontier])).values
     if lean:
         # the edges S_L reads, each found once, at its reading end; its
@@ -228,9 +228,8 @@ def _cuts(index: Tensor, group: Tensor, num_groups: int, num_hops: int, graph: U
         edge_group, edge_id = edges // e, edges % e
         ends = edge_group * n + graph.edge_index[:, edge_id]
         source = ends[1 - reader]
-        at = torch.searchsorted(reads, source).clamp_(max=max(reads.numel() - 1, 0))
         ring_ends = torch.zeros_like(ends, dtype=torch.bool)
-        ring_ends[1 - reader] = reads[at] != source
+        ring_ends[1 - reader] = ~_isin(source, reads, num_groups * n)
     else:
         # the edges touching S_L, found at their source (tag 0) and at their
         # target (tag 1): an edge found once has its other end outside S_L
@@ -275,6 +274,20 @@ def _unique(keys: Tensor, bound: int, return_inverse: bool = False):
     mark[keys] = True
     found = mark.nonzero().view(-1)
     return (found, (torch.cumsum(mark, 0) - 1)[keys]) if return_inverse else found
+
+
+def _isin(keys: Tensor, members: Tensor, bound: int) -> Tensor:
+    """Whether each of ``keys`` is one of the ascending ``members`` (keys in
+    ``0 .. bound - 1``): by marks where there are no more possible keys than
+    keys (as :func:`_unique`), else by binary search."""
+    if not members.numel():
+        return torch.zeros_like(keys, dtype=torch.bool)
+    if bound > keys.numel():
+        at = torch.searchsorted(members, keys).clamp_(max=members.numel() - 1)
+        return members[at] == keys
+    mark = torch.zeros(bound, dtype=torch.bool, device=keys.device)
+    mark[members] = True
+    return mark[keys]
 
 
 def _ring_slots(ends: Tensor, outside: Tensor, n: int) -> Tensor:
