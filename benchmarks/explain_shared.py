@@ -37,7 +37,7 @@ to rounding). Run: ``python benchmarks/explain_shared.py`` (a few minutes on
 2 CPU cores); writes ``benchmarks/results/explain_shared.md``. The issue's
 setting (200 targets, up to 300k nodes, ``auto`` only):
 ``python benchmarks/explain_shared.py --sizes 10000 100000 300000 --targets 200 --ways auto auto-own-checks
-auto-sparse --loop 4 --out benchmarks/results/explain_nodes_200.md``.
+auto-sparse --loop 8 --out benchmarks/results/explain_nodes_200.md``.
 """
 from __future__ import annotations
 

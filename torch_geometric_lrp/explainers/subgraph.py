@@ -348,7 +348,7 @@ def spelled_out_each(cuts: list[Cut], graph: Union[Incidence, _Scan], flow: str 
     ``graph`` touching them and those edges' other ends, one ring node per
     outside node (nodes and edges ascending). Full and lean cuts give the
     same subgraph: it is found from ``S_L`` alone. All cuts at once, by the
-    keys of :func:`_cuts` (``_Scan`` for one cut only). ``cuts`` are made
+    keys of ``_cuts`` (``_Scan`` for one cut only). ``cuts`` are made
     by :func:`cut_each` or :func:`cut` under ``flow``, in full or lean.
 
     Returns per cut the subgraph, the positions of the cut's inner nodes in
