@@ -12,8 +12,9 @@ ratios:
    once per call, its cost counted in), with ring slots (each cut, spelled
    out, must equal the scan's). Alternately, median of ``--repeats``;
    milliseconds per target; nodes per cut with ring slots and spelled out.
-   Then ``cut_each`` against ``cut_each(..., lean=True)`` (the lean cuts of
-   the sparse output: only the edges the subgraph reads), alternately.
+   Then ``cut_each`` against ``cut_each(..., lean=True)`` (the lean cuts
+   ``explain_nodes`` makes where the full graph checks them: only the
+   edges the subgraph reads), alternately.
 2. **explain_nodes** on ``--targets`` targets (``--explain-batch`` per pass):
    with the ``scan`` cut patched in (what the previous versions did: a scan
    per target, every outside node in the pass), and as it
@@ -161,7 +162,7 @@ def main() -> None:
         spelled += full.num_nodes
     t_scan, t_batched = timed_pair(lambda: [scan_cut(t.view(1), 3, edge_index, n) for t in cut_targets],
                                     lambda: batched_cuts(cut_targets, edge_index, n, args.batch_size), args.repeats)
-    # the lean cuts the sparse output makes where the full graph checks them
+    # the lean cuts explain_nodes makes where the full graph checks them
     lean_union = batched_cuts(cut_targets[:args.batch_size], edge_index, n, args.batch_size, lean=True)[0][0]
     t_full, t_lean = timed_pair(lambda: batched_cuts(cut_targets, edge_index, n, args.batch_size),
                                 lambda: batched_cuts(cut_targets, edge_index, n, args.batch_size, lean=True),

@@ -320,3 +320,14 @@ def test_unique_keys_and_membership_by_marks_or_by_sorting(keys, spare):
     assert torch.equal(subgraph._unique(keys, bound), expected)
     members = expected[::2].contiguous()  # ascending
     assert torch.equal(subgraph._isin(keys, members, bound), torch.isin(keys, members))
+
+
+def test_spelled_out_refuses_a_cut_of_another_flow():
+    """A lean cut spelled out under the other flow would put its edge
+    relevance on the wrong edges: refused, naming the flow."""
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])  # a directed 4-cycle
+    lean = subgraph.cut(torch.tensor([1]), 1, edge_index, 4, lean=True)  # reads 0 -> 1 and 1's own in-edges
+    full, inner, edges = subgraph.spelled_out(lean, edge_index, 4)
+    assert torch.equal(full.edge_id[edges], lean.edge_id)
+    with pytest.raises(ValueError, match="flow='target_to_source'"):
+        subgraph.spelled_out(lean, edge_index, 4, flow="target_to_source")

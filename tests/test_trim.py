@@ -14,8 +14,9 @@ from torch_geometric.nn import FiLMConv, MessagePassing, RGCNConv
 from torch_geometric.utils import k_hop_subgraph
 
 import torch_geometric_lrp as lrp
+from conftest import TRIM_MIN_EDGES
 from explain_cases import F_IN, GINE, assert_same_explanation, build, one_thread_fixture, sparse_graph
-from torch_geometric_lrp.explainers import core, trim
+from torch_geometric_lrp.explainers import core, subgraph, trim
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
 
@@ -101,6 +102,28 @@ def test_each_layer_propagates_only_what_the_target_reads(name):
         expected = int(reads[edge_index[1]].sum()) + (int(reads.sum()) if loops else 0)
         assert per_layer[id(layer)] == expected, (depth, seen)
     assert_same_explanation(on_cut, lrp.explain(model, x, edge_index, index=t, subgraph=False, **kwargs), atol=1e-12)
+
+
+def test_cuts_below_the_threshold_run_untrimmed(monkeypatch):
+    """With the library's ``TRIM_MIN_EDGES``, a cut of fewer edges propagates
+    every edge of its pass in every layer, and explains the target as the
+    trimmed pass does (to 1e-12)."""
+    model, x, edge_index, _ = model_and_inputs("gcn")
+    n, t = x.shape[0], 5
+    trimmed = lrp.explain(model, x, edge_index, index=t)  # the suite's threshold: 0
+    monkeypatch.setattr(core, "TRIM_MIN_EDGES", TRIM_MIN_EDGES)
+    assert edge_index.shape[1] < TRIM_MIN_EDGES
+    seen = []
+    hooks = [m.register_message_forward_hook(lambda m, inputs, out: seen.append(out.shape[0]))
+             for m in model.modules() if isinstance(m, MessagePassing)]
+    untrimmed = lrp.explain(model, x, edge_index, index=t)
+    for h in hooks:
+        h.remove()
+    # both layers: every edge into S_2 (the lean pass) and GCN's self-loop at every node of the cut
+    reads = within(t, 2, edge_index, n)
+    cut_nodes = subgraph.cut(torch.tensor([t]), 2, edge_index, n).num_nodes
+    assert seen[-2:] == [int(reads[edge_index[1]].sum()) + cut_nodes] * 2
+    assert_same_explanation(untrimmed, trimmed, atol=1e-12)
 
 
 def test_a_pass_trimmed_too_far_runs_again_untrimmed(monkeypatch):

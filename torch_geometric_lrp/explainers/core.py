@@ -478,6 +478,12 @@ class InFull:
     reference: Optional[Tensor]
 
 
+#: Cuts with fewer edges run untrimmed: trimming costs a fixed amount per
+#: pass (the hop of every node, a hook per layer, edge routing by search)
+#: that fewer messages do not repay below about this size.
+TRIM_MIN_EDGES = 4_000
+
+
 def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
             target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor], num_hops: int,
             lean_cut: bool):
@@ -503,7 +509,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             check = error
         inputs = slice_inputs(kwargs, run, n, e)[0]
         trimming = p.trim(hop_distance(run.edge_index, c.index, c.num_nodes, num_hops, flow), num_hops) \
-            if settings.lean else None
+            if settings.lean and run.edge_id.numel() >= TRIM_MIN_EDGES else None
 
         def slimmed() -> bool:  # the pass left messages out: a lean cut, or trimmed layers
             return lean_cut or keep is not None or (trimming is not None and trimming.dropped)

@@ -26,8 +26,8 @@ edges, and so its in- and out-degrees, no two edges become parallel, and the
 ring has as many nodes as the most outside neighbours of one node of
 ``S_L``, not as many as all of them: on a graph with 10 edges per node and a
 3-layer model, about 1,100 nodes instead of 19,000. In a cut, the nodes of
-``S_L`` come first (ascending), then the slots; :func:`spelled_out` lists
-the subgraph with every outside node, as the explanations show it.
+``S_L`` come first (ascending), then the slots; :func:`spelled_out_each`
+lists the subgraph with every outside node, as the explanations show it.
 
 Two things a cut cannot see, so the callers check both:
 
@@ -383,6 +383,10 @@ def spelled_out_each(cuts: list[Cut], graph: Union[Incidence, _Scan], flow: str 
         edges = torch.arange(full.edge_id.numel(), device=device)
         if c.edge_id.numel() < edges.numel():
             edges = read[edge_start:edge_start + edges.numel()].nonzero().view(-1)
+        if not torch.equal(full.edge_id[edges], c.edge_id):
+            raise ValueError(f"cuts: a cut with {c.edge_id.numel()} edges is neither the full cut "
+                             f"({full.edge_id.numel()} edges) nor the lean cut of its nodes under flow={flow!r}; "
+                             f"pass the flow it was cut with.")
         spelled.append((full, at - node_start, edges))
     return spelled
 
