@@ -10,6 +10,10 @@ every rank all of the chunk's relevance (node x node and node x edge sparse
 matrices). The script keeps each chunk's number of stored entries and drops
 the matrices (writing them out is not timed).
 
+``--device cuda`` runs one rank on the GPU instead (``--nproc_per_node=1``,
+NCCL), with the model and graph there; then the peak is also the GPU's
+(``torch.cuda.max_memory_allocated``).
+
 Reported: the wall time of all the calls on rank 0 (from a barrier before
 the first to the end of the last), the slowest chunk, the peak resident
 memory of each rank (VmHWM, whole process), and the stored entries. Then,
@@ -17,7 +21,7 @@ in one process, ``--check`` targets drawn from the graph are explained
 alone (``batch_size=1``) and their rows compared with the run's (float32:
 the largest difference relative to the row's largest value, at most 1e-4).
 
-    python benchmarks/explain_every_node.py [--nodes 100000] [--chunk 25000]
+    python benchmarks/explain_every_node.py [--nodes 100000] [--chunk 25000] [--device cuda]
 
 Writes ``benchmarks/results/explain_every_node.md`` (``--out``).
 """
@@ -54,11 +58,20 @@ def peak_mib() -> float:
     return float("nan")
 
 
+def on_device(args, model, x, edge_index):
+    """The problem moved to ``--device``: under NCCL each rank on its own GPU."""
+    if args.device == "cpu":
+        return model, x, edge_index
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    return model.to(device), x.to(device), edge_index.to(device)
+
+
 def worker(args) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo" if args.device == "cpu" else "nccl")
     try:
-        model, x, edge_index, _ = problem(args.nodes, 1)
+        model, x, edge_index = on_device(args, *problem(args.nodes, 1)[:3])
         everything = torch.arange(args.nodes)
         keep = torch.randperm(args.nodes, generator=torch.Generator().manual_seed(1))[:args.check]
         lrp.explain_nodes(model, x, edge_index, everything[:64], output="sparse", distributed=True,
@@ -71,6 +84,8 @@ def worker(args) -> None:
             chunk = everything[first:first + args.chunk]
             result = lrp.explain_nodes(model, x, edge_index, chunk, output="sparse", distributed=True,
                                        progress=False)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
             chunks.append(time.perf_counter() - t)
             entries[0] += result.node_relevance._nnz()
             entries[1] += result.edge_relevance._nnz()
@@ -79,13 +94,21 @@ def worker(args) -> None:
                 rows[v] = (result.node_relevance[v - first].to_dense(), result.edge_relevance[v - first].to_dense())
             del result
         seconds = time.perf_counter() - start
-        peaks = [torch.zeros(1) for _ in range(dist.get_world_size())]
-        dist.all_gather(peaks, torch.tensor([peak_mib()]))
+        gpu = torch.cuda.max_memory_allocated() / 2**20 if args.device != "cpu" else float("nan")
+        peaks = [None] * dist.get_world_size()
+        dist.all_gather_object(peaks, (peak_mib(), gpu))
         if dist.get_rank() == 0:
-            torch.save(dict(seconds=seconds, chunks=chunks, entries=entries, rows=rows,
-                            peaks=[float(p) for p in peaks]), args.worker)
+            rows = {v: (a.cpu(), b.cpu()) for v, (a, b) in rows.items()}
+            torch.save(dict(seconds=seconds, chunks=chunks, entries=entries, rows=rows, peaks=peaks), args.worker)
     finally:
         dist.destroy_process_group()
+
+
+def peaks(per_rank: list, device: str) -> str:
+    """Each rank's peak memory in MiB: the process's, and the GPU's on CUDA."""
+    if device == "cpu":
+        return " / ".join(f"{rss:,.0f}" for rss, _ in per_rank)
+    return " / ".join(f"{rss:,.0f}, {gpu:,.0f}" for rss, gpu in per_rank)
 
 
 def main() -> None:
@@ -93,19 +116,23 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--chunk", type=int, default=25_000)
     parser.add_argument("--check", type=int, default=16, help="targets compared with one-by-one explanations")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cpu: 2 gloo ranks; cuda: 1 NCCL rank on the GPU")
     parser.add_argument("--out", type=Path, default=RESULTS / "explain_every_node.md")
     args = parse(parser)
     if args.worker:
         return worker(args)
     started = time.perf_counter()
+    nproc = 2 if args.device == "cpu" else 1
     run = under_torchrun(__file__, ["--nodes", str(args.nodes), "--chunk", str(args.chunk), "--check",
-                                    str(args.check)])
-    model, x, edge_index, _ = problem(args.nodes, 1)
+                                    str(args.check), "--device", args.device], nproc=nproc)
+    model, x, edge_index = on_device(args, *problem(args.nodes, 1)[:3])
     worst = 0.0  # largest difference to the target explained alone, relative to the row's largest value
     for v, (node_row, edge_row) in run["rows"].items():
         alone = lrp.explain_nodes(model, x, edge_index, torch.tensor([v]), batch_size=1, output="sparse",
                                   progress=False)
-        for a, b in ((alone.node_relevance.to_dense()[0], node_row), (alone.edge_relevance.to_dense()[0], edge_row)):
+        for a, b in ((alone.node_relevance.to_dense()[0].cpu(), node_row),
+                     (alone.edge_relevance.to_dense()[0].cpu(), edge_row)):
             worst = max(worst, float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)))
     n = args.nodes
     lines = [
@@ -114,18 +141,20 @@ def main() -> None:
         f"- command: `python {' '.join(['benchmarks/explain_every_node.py', *sys.argv[1:]])}`",
         f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, Python "
-        f"{platform.python_version()}, {os.cpu_count()} CPU cores",
+        f"{platform.python_version()}, {os.cpu_count()} CPU cores; device "
+        f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}",
         f"- random graph, {n:,} nodes, {10 * n:,} edges, 32 features; 3-layer GCN, hidden 64; every node a target, "
-        f"in chunks of {args.chunk:,}; `torchrun --nproc_per_node=2`, 1 thread per rank; output='sparse'; "
+        f"in chunks of {args.chunk:,}; `torchrun --nproc_per_node={nproc}` "
+        f"({'gloo' if args.device == 'cpu' else 'NCCL'}), 1 thread per rank; output='sparse'; "
         f"runtime {(time.perf_counter() - started) / 60:.1f} min",
         "",
         "What is measured: see the docstring of `benchmarks/explain_every_node.py`.",
         "",
-        "| nodes explained | wall time (min) | targets/s | slowest chunk (s) | peak MiB, rank 0 / rank 1 "
-        "| node x node entries | node x edge entries |",
+        "| nodes explained | wall time (min) | targets/s | slowest chunk (s) | peak MiB per rank "
+        f"{'' if args.device == 'cpu' else '(process / GPU) '}| node x node entries | node x edge entries |",
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         f"| {n:,} | {run['seconds'] / 60:.1f} | {n / run['seconds']:.1f} | {max(run['chunks']):.1f} "
-        f"| {run['peaks'][0]:,.0f} / {run['peaks'][1]:,.0f} | {run['entries'][0]:,} | {run['entries'][1]:,} |",
+        f"| {peaks(run['peaks'], args.device)} | {run['entries'][0]:,} | {run['entries'][1]:,} |",
         "",
         f"{len(run['rows'])} random targets explained alone (`batch_size=1`, one process) against their rows of "
         f"the run: largest difference {worst:.1e} of the row's largest value.",

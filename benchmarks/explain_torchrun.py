@@ -91,15 +91,15 @@ def parse(parser: argparse.ArgumentParser) -> argparse.Namespace:
     return args
 
 
-def under_torchrun(script: str, argv: list[str]) -> dict:
+def under_torchrun(script: str, argv: list[str], nproc: int = 2) -> dict:
     """Run ``script argv --worker FILE`` under ``torchrun --standalone
-    --nproc_per_node=2`` (one thread per rank) and return what rank 0 saved
-    in ``FILE``."""
+    --nproc_per_node=nproc`` (one thread per rank) and return what rank 0
+    saved in ``FILE``."""
     with tempfile.TemporaryDirectory() as tmp:
         saved = Path(tmp) / "rank0.pt"
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        subprocess.run(["torchrun", "--standalone", "--nproc_per_node=2", script, *argv, "--worker", str(saved)],
-                       check=True, env=env)
+        subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                        script, *argv, "--worker", str(saved)], check=True, env=env)
         return torch.load(saved)
 
 

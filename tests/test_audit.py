@@ -7,6 +7,8 @@ import torch
 import torch_geometric_lrp as lrp
 from torch_geometric_lrp import audit as audit_module
 from torch_geometric_lrp import functional as L
+from torch_geometric_lrp.rules import nonfinite_guard
+from devices import DEVICES
 
 
 def network(x):
@@ -65,3 +67,33 @@ def test_no_audit_no_accounting(monkeypatch):
     x = torch.tensor([1.0, 2.0], requires_grad=True)
     L.sum(x).backward(torch.tensor(1.0))
     assert calls == []
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_audit_sees_the_backward_on_every_device(device):
+    """On CUDA autograd runs a backward on its own device thread unless told
+    otherwise; the audit (open in this thread) must still see every op."""
+    x = torch.tensor([[1.0, 1.0], [1.0, 1.0], [2.0, 0.0], [1.0, 1.0]], device=device, requires_grad=True)
+    h = L.scatter(x, torch.tensor([0, 0, 1, 1], device=device), dim=0, dim_size=3)
+    y = L.linear(h, torch.tensor([[1.0, 1.0]], device=device), torch.tensor([2.0], device=device))
+    with lrp.RelevanceAudit() as audit:
+        y.backward(torch.tensor([[6.0], [6.0], [2.0]], device=device))
+    assert audit.absorbed == pytest.approx(6.0, abs=1e-4)
+    assert audit.by_op["linear"]["calls"] == 1 and audit.by_op["scatter_sum"]["calls"] == 1
+
+
+def test_backward_runs_on_this_thread_while_an_audit_or_guard_is_open():
+    enabled = torch._C._is_multithreading_enabled
+    assert enabled()
+    with lrp.RelevanceAudit():
+        assert not enabled()
+        with lrp.RelevanceAudit():
+            assert not enabled()
+        assert not enabled()
+        with nonfinite_guard():
+            assert not enabled()
+        assert not enabled()
+    assert enabled()
+    with nonfinite_guard(False):
+        assert not enabled()
+    assert enabled()

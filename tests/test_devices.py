@@ -14,6 +14,7 @@ from devices import DEVICES, cpu, on
 from explain_cases import DATA, NODE_MODELS, build, inputs
 from test_walks import graph, model_of
 from torch_geometric_lrp.explainers import api
+from torch_geometric_lrp.explainers.subgraph import cut, cut_each
 from torch_geometric_lrp.rules import Gamma
 
 TARGETS = [17, 3, 22]
@@ -93,3 +94,18 @@ def test_walk_search_and_subgraph_relevance_equal_every_walk_on_the_cpu(device):
     close(top.relevance, every.relevance[:5], "walk relevance")
     value = lrp.subgraph_relevance(model, x, edge_index, nodes.to(device), 3, rules=Gamma(0.25))
     assert value == pytest.approx(inside, abs=1e-10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("lean", [False, True])
+def test_cuts_of_cpu_targets_are_made_where_the_graph_is(device, lean):
+    edge_index, n = DATA["edge_index"], DATA["x"].shape[0]
+    targets = torch.tensor(TARGETS)  # on the CPU, as users pass them
+    here_each, *starts_here = cut_each(targets, 3, edge_index.to(device), n, lean=lean)
+    each, *starts = cut_each(targets, 3, edge_index, n, lean=lean)
+    here, union = cut(targets, 3, edge_index.to(device), n, lean=lean), cut(targets, 3, edge_index, n, lean=lean)
+    assert starts_here == starts
+    for a, b in ((here_each, each), (here, union)):
+        for field in ("nodes", "edge_id", "edge_index", "index", "ring"):
+            assert_on(device, getattr(a, field))
+            assert torch.equal(cpu(getattr(a, field)), getattr(b, field)), field

@@ -1,6 +1,9 @@
 """``lrp.explain_nodes`` over two processes (gloo, spawned by the test
-itself): every rank returns what one process returns, in float64 exactly;
-ranks given different targets, and an error on one rank, stop all ranks."""
+itself): every rank returns what one process returns, in float64 exactly
+(on CUDA with ``torch.use_deterministic_algorithms(True)``);
+ranks given different targets, and an error on one rank, stop all ranks.
+On CUDA both processes share the one GPU (gloo: NCCL takes one GPU per
+rank), and the results stay on it."""
 from __future__ import annotations
 
 import os
@@ -11,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torch_geometric_lrp as lrp
+from devices import DEVICES, on
 from explain_cases import DATA, build
 from torch_geometric_lrp.explainers import distributed as shard
 
@@ -24,12 +28,14 @@ def same(a, b) -> bool:
     return a == b
 
 
-def _worker(rank: int, init_file: str, out_dir: str) -> None:
+def _worker(rank: int, init_file: str, out_dir: str, device: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     try:
-        model = build("gcn").double()
-        x, edge_index = DATA["x"].double(), DATA["edge_index"]
+        model = build("gcn").double().to(device)
+        x, edge_index = on(device, DATA["x"].double(), DATA["edge_index"])
+        # CUDA's atomic adds sum in no fixed order: bitwise equal results need its deterministic kernels
+        torch.use_deterministic_algorithms(device == "cuda")
         kinds = dict(mine=dict(), per_target=dict(target=torch.tensor([0, 1, 2, 0, 1, 2, 0])),
                      mask=dict(index=torch.arange(30) % 4 == 1))
         for name, extra in kinds.items():
@@ -39,9 +45,11 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
             assert len(shared) == len(alone)
             for a, b in zip(shared, alone):
                 assert a.keys() == b.keys()
+                assert all(a[k].device.type == device for k in ("node_mask", "edge_mask", "node_index"))
                 assert all(same(a[key], b[key]) for key in a.keys()), name
             alone = lrp.explain_nodes(model, x, edge_index, distributed=False, output="sparse", **args)
             shared = lrp.explain_nodes(model, x, edge_index, output="sparse", **args)
+            assert shared.node_relevance.device.type == device and shared.edge_relevance.device.type == device
             for key in ("index", "target", "score", "relevance_total", "node_relevance", "edge_relevance"):
                 assert same(getattr(shared, key), getattr(alone, key)), (name, key)
         # ranks that disagree on the targets are refused on every rank
@@ -58,10 +66,12 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def test_two_processes_return_what_one_returns(tmp_path):
-    # fork where there is one: spawned children would spend seconds importing torch and PyG again
-    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    mp.start_processes(_worker, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True,
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_processes_return_what_one_returns(tmp_path, device):
+    # fork where there is one: spawned children would spend seconds importing torch and PyG again;
+    # CUDA can't be used in a forked child of a process that has used it
+    method = "fork" if "fork" in mp.get_all_start_methods() and device == "cpu" else "spawn"
+    mp.start_processes(_worker, args=(str(tmp_path / "rendezvous"), str(tmp_path), device), nprocs=2, join=True,
                        start_method=method)
     assert [(tmp_path / f"rank{r}").read_text() for r in range(2)] == ["ok", "ok"]
 

@@ -47,7 +47,7 @@ def one_thread():
 
 
 def typed(layer, x, edge_index):
-    return layer(x, edge_index, EDGE_TYPE)
+    return layer(x, edge_index, EDGE_TYPE.to(edge_index.device))
 
 
 def with_edge_attr(layer, x, edge_attr, edge_index):
@@ -150,7 +150,7 @@ class TestNNConv(FamilyTests):
     CONFIGS = {
         # edge_attr a constant of the pass: the edge weights are gates
         "edge_attr-constant": lambda s: build(nnconv, "NNConv", nnconv_constant_reference, s,
-                                              call=lambda layer, x, ei: layer(x, ei, EDGE_ATTR)),
+                                              call=lambda layer, x, ei: layer(x, ei, EDGE_ATTR.to(ei.device))),
         # edge_attr explained: x_j times the edge weights is a product of two signals
         "edge_attr-explained": lambda s: build(nnconv, "NNConv", nnconv_reference, s, frozen=M.FrozenNNConv,
                                                edge_features=True, call=with_edge_attr),

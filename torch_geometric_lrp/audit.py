@@ -15,7 +15,10 @@ Two kinds of relevance leave the pass on the way back:
 Every relevance op reports to the audits that are open in the current thread
 or task (``with RelevanceAudit() as audit: ...``, kept in a
 ``contextvars`` variable). With none open, ops do no accounting at all, so
-the pass pays nothing for it and never warns per call.
+the pass pays nothing for it and never warns per call. While an audit is
+open, backward passes run on the thread that opened it
+(:func:`on_this_thread`): on a GPU autograd would otherwise run them on its
+own device thread, where no audit is open.
 
 Since every amount is measured, ``seed = input relevance + absorbed + lost``
 is a check, not an identity: whatever does not add up (an op that changes
@@ -49,9 +52,11 @@ class RelevanceAudit:
 
     def __enter__(self):
         self._token = _open_audits.set(_open_audits.get() + (self,))
+        self._thread = on_this_thread()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._thread.__exit__(*exc)
         _open_audits.reset(self._token)
 
     def __init__(self) -> None:
@@ -115,6 +120,17 @@ class RelevanceAudit:
 
     def __repr__(self) -> str:
         return f"RelevanceAudit(lost={self.lost:.6g}, absorbed={self.absorbed:.6g})"
+
+
+def on_this_thread() -> torch.autograd.set_multithreading_enabled:
+    """Backward passes run on the calling thread until the returned object's
+    ``__exit__`` (thread-local).
+
+    Pass state that relevance ops read in the backward (open audits, the
+    non-finite guard) belongs to the thread that set it. On CPU autograd runs
+    the backward on the calling thread anyway; on CUDA it hands it to a
+    worker thread per device, which would see none of that state."""
+    return torch.autograd.set_multithreading_enabled(False)
 
 
 def lost_of(relevance_out: Tensor, dropped: Optional[Tensor]) -> Tensor:

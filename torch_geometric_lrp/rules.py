@@ -37,6 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .audit import on_this_thread
+
 __all__ = [
     "stabilize",
     "divide",
@@ -72,11 +74,15 @@ def nonfinite_guard(active: bool = True) -> Iterator[None]:
     """While active (in this thread or task), a zero relevance times a
     non-finite value is 0, not NaN: an ``inf`` or ``NaN`` in a node the
     explained output does not depend on cannot spread into other rows. The
-    relevance pass turns it on when an input or the output is not finite."""
+    relevance pass turns it on when an input or the output is not finite.
+    Backward passes run on this thread meanwhile (``audit.on_this_thread``),
+    where the guard is seen."""
     token = _guard.set(active)
+    thread = on_this_thread()
     try:
         yield
     finally:
+        thread.__exit__(None, None, None)
         _guard.reset(token)
 
 

@@ -183,7 +183,8 @@ def cut(index: Tensor, num_hops: int, edge_index: Tensor, num_nodes: int, flow: 
     ``S_L`` reads: the pass of :func:`lean`, built without the rest, about
     half the work. A check on the cut itself (:func:`with_context`) would
     run without the edges it leaves out, so only the full graph's output
-    proves it."""
+    proves it. ``index`` may be on any device: the cut is where the graph is."""
+    index = index.to(edge_index.device)
     group = torch.zeros_like(index)
     return _cuts(index, group, 1, num_hops, incidence or _Scan(edge_index, num_nodes), flow, lean)[0]
 
@@ -195,6 +196,7 @@ def cut_each(index: Tensor, num_hops: int, edge_index: Tensor, num_nodes: int, f
     union of the copies, with the first node and first edge of each), in
     time proportional to the cuts' sizes once ``incidence`` is built.
     Duplicate targets get a copy each. ``lean``: as for :func:`cut`."""
+    index = index.to(edge_index.device)
     group = torch.arange(index.numel(), device=index.device)
     return _cuts(index, group, index.numel(), num_hops, incidence or Incidence(edge_index, num_nodes), flow, lean)
 
