@@ -102,19 +102,18 @@ def relevance(result, num_targets: int, n: int, e: int) -> tuple[Tensor, ...]:
     return tuple(entries)
 
 
-def agree(a: tuple[Tensor, ...], b: tuple[Tensor, ...], exact: bool) -> bool:
-    """The same relevance entries (:func:`relevance`): equal, or with
-    ``exact=False`` the same within 1e-5 of the largest value (float32)."""
-    if exact:
-        return all(torch.equal(p, q) for p, q in zip(a, b))
+def difference(a: tuple[Tensor, ...], b: tuple[Tensor, ...]) -> float:
+    """The largest difference between two runs' relevance entries
+    (:func:`relevance`), relative to the largest value of each matrix."""
+    worst = 0.0
     for (i, v), (j, w) in ((a[:2], b[:2]), (a[2:], b[2:])):
-        size = torch.Size(torch.maximum(i.amax(1), j.amax(1)).add(1).tolist()) if i.numel() and j.numel() else None
-        if size is None:
-            return i.numel() == j.numel()
+        if not (i.numel() and j.numel()):
+            worst = max(worst, 0.0 if i.numel() == j.numel() else float("inf"))
+            continue
+        size = torch.Size(torch.maximum(i.amax(1), j.amax(1)).add(1).tolist())
         diff = (torch.sparse_coo_tensor(i, v, size) - torch.sparse_coo_tensor(j, w, size)).coalesce().values()
-        if diff.numel() and float(diff.abs().max()) > 1e-5 * float(v.abs().max()):
-            return False
-    return True
+        worst = max(worst, float(diff.abs().max() / v.abs().max()) if diff.numel() else 0.0)
+    return worst
 
 
 def floor(model, x, edge_index, targets) -> float:
@@ -196,11 +195,15 @@ def main(argv=None) -> None:
             # is slowed by the memory they hold
             results[way] = relevance(results[way], targets.numel(), n, edge_index.shape[1])
             gc.collect()
-        exact = device.type == "cpu"  # CUDA's atomic adds sum in no fixed order: equal to rounding there
-        if {"auto", "auto-own-checks"} <= set(results):
-            assert agree(results["auto"], results["auto-own-checks"], exact), "the checks changed a mask"
-        if {"auto", "auto-sparse"} <= set(results):
-            assert agree(results["auto"], results["auto-sparse"], exact), "the sparse output differs from the list"
+        # the other ways must give auto's relevance: exactly on the CPU; on CUDA,
+        # whose atomic adds sum in no fixed order, up to float32 rounding
+        # (reported in the last column, relative to the largest value)
+        rounding = 0.0
+        for other in ("auto-own-checks", "auto-sparse"):
+            if {"auto", other} <= set(results):
+                if device.type == "cpu":
+                    assert all(torch.equal(a, b) for a, b in zip(results["auto"], results[other])), other
+                rounding = max(rounding, difference(results["auto"], results[other]))
         diff = float((torch.sparse_coo_tensor(*results["copies"][:2], (targets.numel(), n))
                       - torch.sparse_coo_tensor(*results["shared"][:2], (targets.numel(), n))).coalesce().values()
                      .abs().max()) if {"copies", "shared"} <= set(times) else None
@@ -219,12 +222,13 @@ def main(argv=None) -> None:
                      over(ms.get("copies"), ms.get("shared")), over(ms.get("auto"), best),
                      over(ms.get("auto"), 1000 * base), over(1000 * loop / targets.numel(), ms.get("auto")),
                      over(1000 * loop / targets.numel(), ms.get("auto-sparse")),
-                     "n/a" if diff is None else f"{diff:.1e}"])
+                     "n/a" if diff is None else f"{diff:.1e}", f"{rounding:.1e}"])
         print(" | ".join(rows[-1]), flush=True)
     header = ["nodes / edges", "own subgraph (nodes + edges)", "batch union", "floor ms/target", "loop ms/target",
               "copies ms/target", "shared ms/target", "auto ms/target", "auto, one check per batch ms/target",
               "auto, sparse output ms/target", "that / auto", "copies / shared", "auto / best",
-              "auto / floor", "loop / auto", "loop / auto (sparse)", "max abs(copies - shared)"]
+              "auto / floor", "loop / auto", "loop / auto (sparse)", "max abs(copies - shared)",
+              "largest difference to auto (relative)"]
     lines = [
         "# explain_nodes: disjoint copies, shared forward, and a loop",
         "",

@@ -14,7 +14,8 @@ from devices import DEVICES, cpu, on
 from explain_cases import DATA, NODE_MODELS, build, inputs
 from test_walks import graph, model_of
 from torch_geometric_lrp.explainers import api
-from torch_geometric_lrp.explainers.subgraph import cut, cut_each
+from torch_geometric_lrp.explainers.core import Settings
+from torch_geometric_lrp.explainers.subgraph import Incidence, cut, cut_each
 from torch_geometric_lrp.rules import Gamma
 
 TARGETS = [17, 3, 22]
@@ -109,3 +110,20 @@ def test_cuts_of_cpu_targets_are_made_where_the_graph_is(device, lean):
         for field in ("nodes", "edge_id", "edge_index", "index", "ring"):
             assert_on(device, getattr(a, field))
             assert torch.equal(cpu(getattr(a, field)), getattr(b, field)), field
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_passes_of_copies_are_larger_on_a_gpu(device, monkeypatch):
+    """A batch whose targets' cuts fill the CPU's budget twice over runs as
+    several passes there, as one on a GPU (``api.GPU_BUDGET_FACTOR``)."""
+    edge_index, n = DATA["edge_index"].to(device), DATA["x"].shape[0]
+    chunk = torch.tensor(TARGETS, device=device)
+    graph = Incidence(edge_index, n)
+    copies, _, _ = cut_each(chunk, 3, edge_index, n, incidence=graph)
+    monkeypatch.setattr(api, "TRIMMED_BUDGET", (copies.num_nodes + copies.edge_id.numel()) // 2)
+    monkeypatch.setattr(api, "GPU_BUDGET_FACTOR", 4)
+    batch = api._cut_batch(chunk, 3, edge_index, n, "source_to_target", graph, "copies", Settings(), False)
+    assert len(batch.runs) == 1  # 'copies': one pass whatever the budget
+    monkeypatch.setattr(api, "_way", lambda *args: "copies")  # auto, choosing copies
+    batch = api._cut_batch(chunk, 3, edge_index, n, "source_to_target", graph, "auto", Settings(), False)
+    assert len(batch.runs) == (1 if device == "cuda" else 2)

@@ -222,6 +222,13 @@ COPIES_BUDGET = 100_000
 #: they propagate about a tenth of a cut's messages, and at 100k nodes
 #: 64 targets per pass cost about 0.9x of 4 per pass.
 TRIMMED_BUDGET = 400_000
+#: Both budgets are multiplied by this where the graph is on a GPU. There no
+#: cache cliff shows at these sizes and a pass costs mostly its fixed part
+#: (Python, kernel launches): on an H100 at 100k nodes, 256 targets a batch
+#: took 1.36 ms per target in passes of 400k nodes and edges, 0.77 in passes
+#: 8x larger and 0.62 in passes 32x larger (``benchmarks/explain_shared.py
+#: --device cuda``), with 1.2 GiB of GPU memory at most.
+GPU_BUDGET_FACTOR = 32
 
 
 def explain_nodes(
@@ -299,8 +306,9 @@ def explain_nodes(
         nodes and edges, plus a fixed cost per backward); copies then run
         in passes of at most ``api.TRIMMED_BUDGET`` nodes and edges
         (``api.COPIES_BUDGET`` where the layers cannot be trimmed; a large
-        subgraph alone), which keeps their tensors small enough to stay
-        fast. All give the same relevance up to float rounding.
+        subgraph alone; both ``api.GPU_BUDGET_FACTOR`` times larger on a
+        GPU), which keeps their tensors small enough to stay fast. All give
+        the same relevance up to float rounding.
     **kwargs
         Further model inputs: tensors whose first dimension is the number of
         nodes, or (for names starting with ``edge``) of edges, are cut with
@@ -436,7 +444,8 @@ def _cut_batch(chunk: Tensor, hops: int, edge_index: Tensor, n: int, flow: str, 
                settings: Settings, lean_cut: bool) -> _Batch:
     copies, node_starts, edge_starts = cut_each(chunk, hops, edge_index, n, flow, incidence=graph, lean=lean_cut)
     own = split(copies, node_starts, edge_starts)
-    runs = _runs(own, strategy, TRIMMED_BUDGET if settings.lean else COPIES_BUDGET)
+    budget = TRIMMED_BUDGET if settings.lean else COPIES_BUDGET
+    runs = _runs(own, strategy, budget * (GPU_BUDGET_FACTOR if edge_index.device.type == "cuda" else 1))
     way = _way(strategy, copies, None if strategy == "copies" else _union_size(copies, n), chunk.numel(), len(runs))
     union = None
     if way == "shared":
