@@ -21,7 +21,7 @@ in one process, ``--check`` targets drawn from the graph are explained
 alone (``batch_size=1``) and their rows compared with the run's (float32:
 the largest difference relative to the row's largest value, at most 1e-4).
 
-    python benchmarks/explain_every_node.py [--nodes 100000] [--chunk 25000] [--device cuda]
+    python benchmarks/explain_every_node.py [--nodes 100000] [--chunk 25000] [--batch-size 64] [--device cuda]
 
 Writes ``benchmarks/results/explain_every_node.md`` (``--out``).
 """
@@ -74,16 +74,16 @@ def worker(args) -> None:
         model, x, edge_index = on_device(args, *problem(args.nodes, 1)[:3])
         everything = torch.arange(args.nodes)
         keep = torch.randperm(args.nodes, generator=torch.Generator().manual_seed(1))[:args.check]
-        lrp.explain_nodes(model, x, edge_index, everything[:64], output="sparse", distributed=True,
-                          progress=False)  # warm-up
+        lrp.explain_nodes(model, x, edge_index, everything[:args.batch_size], batch_size=args.batch_size,
+                          output="sparse", distributed=True, progress=False)  # warm-up
         dist.barrier()
         start = time.perf_counter()
         chunks, entries, rows = [], [0, 0], {}
         for first in range(0, args.nodes, args.chunk):
             t = time.perf_counter()
             chunk = everything[first:first + args.chunk]
-            result = lrp.explain_nodes(model, x, edge_index, chunk, output="sparse", distributed=True,
-                                       progress=False)
+            result = lrp.explain_nodes(model, x, edge_index, chunk, batch_size=args.batch_size, output="sparse",
+                                       distributed=True, progress=False)
             if args.device == "cuda":
                 torch.cuda.synchronize()
             chunks.append(time.perf_counter() - t)
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=100_000)
     parser.add_argument("--chunk", type=int, default=25_000)
     parser.add_argument("--check", type=int, default=16, help="targets compared with one-by-one explanations")
+    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cpu: 2 gloo ranks; cuda: 1 NCCL rank on the GPU")
     parser.add_argument("--out", type=Path, default=RESULTS / "explain_every_node.md")
@@ -125,7 +126,8 @@ def main() -> None:
     started = time.perf_counter()
     nproc = 2 if args.device == "cpu" else 1
     run = under_torchrun(__file__, ["--nodes", str(args.nodes), "--chunk", str(args.chunk), "--check",
-                                    str(args.check), "--device", args.device], nproc=nproc)
+                                    str(args.check), "--device", args.device, "--batch-size", str(args.batch_size)],
+                         nproc=nproc)
     model, x, edge_index = on_device(args, *problem(args.nodes, 1)[:3])
     worst = 0.0  # largest difference to the target explained alone, relative to the row's largest value
     for v, (node_row, edge_row) in run["rows"].items():
@@ -144,7 +146,7 @@ def main() -> None:
         f"{platform.python_version()}, {os.cpu_count()} CPU cores; device "
         f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}",
         f"- random graph, {n:,} nodes, {10 * n:,} edges, 32 features; 3-layer GCN, hidden 64; every node a target, "
-        f"in chunks of {args.chunk:,}; `torchrun --nproc_per_node={nproc}` "
+        f"in chunks of {args.chunk:,}, batch_size {args.batch_size}; `torchrun --nproc_per_node={nproc}` "
         f"({'gloo' if args.device == 'cpu' else 'NCCL'}), 1 thread per rank; output='sparse'; "
         f"runtime {(time.perf_counter() - started) / 60:.1f} min",
         "",
