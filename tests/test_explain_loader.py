@@ -9,8 +9,12 @@ import torch
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import NeighborLoader
 from torch_geometric.nn import GCNConv, GINEConv
+from torch_geometric.typing import WITH_PYG_LIB, WITH_TORCH_SPARSE
 
 import torch_geometric_lrp as lrp
+
+pytestmark = pytest.mark.skipif(not (WITH_PYG_LIB or WITH_TORCH_SPARSE),
+                                reason="PyG's NeighborLoader samples with pyg-lib or torch-sparse; neither is installed")
 
 N, E, F = 40, 160, 5
 
