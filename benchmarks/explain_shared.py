@@ -26,6 +26,12 @@ For ``--targets`` random nodes, in one process and one run:
   and the degrees of the outermost), one plain forward and one backward on
   it; the median over ``--loop`` targets.
 
+``--device cuda`` puts the model and graph on the GPU (the targets stay a
+CPU tensor, as users pass them) and synchronises around every timing. The
+other ways' relevance must equal ``auto``'s exactly on the CPU; on CUDA,
+whose atomic adds sum in no fixed order, the largest difference (relative
+to the largest value) is reported in the last column.
+
 ``--ways`` picks the ``explain_nodes`` strategies run (``copies``,
 ``shared`` and ``auto`` by default; a cell of a strategy not run reads
 n/a).
