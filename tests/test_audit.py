@@ -12,9 +12,10 @@ from devices import DEVICES
 
 
 def network(x):
-    """scatter (group 2 empty -> lost) then linear with bias (absorbs)."""
-    h = L.scatter(x, torch.tensor([0, 0, 1, 1]), dim=0, dim_size=3)         # [3, 2]
-    return L.linear(h, torch.tensor([[1.0, 1.0]]), torch.tensor([2.0]))     # [3, 1]
+    """scatter (group 2 empty -> lost) then linear with bias (absorbs), on x's device."""
+    d = x.device
+    h = L.scatter(x, torch.tensor([0, 0, 1, 1], device=d), dim=0, dim_size=3)                  # [3, 2]
+    return L.linear(h, torch.tensor([[1.0, 1.0]], device=d), torch.tensor([2.0], device=d))    # [3, 1]
 
 
 def test_lost_and_absorbed_are_totalled_per_op():
@@ -74,8 +75,7 @@ def test_audit_sees_the_backward_on_every_device(device):
     """On CUDA autograd runs a backward on its own device thread unless told
     otherwise; the audit (open in this thread) must still see every op."""
     x = torch.tensor([[1.0, 1.0], [1.0, 1.0], [2.0, 0.0], [1.0, 1.0]], device=device, requires_grad=True)
-    h = L.scatter(x, torch.tensor([0, 0, 1, 1], device=device), dim=0, dim_size=3)
-    y = L.linear(h, torch.tensor([[1.0, 1.0]], device=device), torch.tensor([2.0], device=device))
+    y = network(x)
     with lrp.RelevanceAudit() as audit:
         y.backward(torch.tensor([[6.0], [6.0], [2.0]], device=device))
     assert audit.absorbed == pytest.approx(6.0, abs=1e-4)
