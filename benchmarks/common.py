@@ -313,19 +313,22 @@ def train(task: Task, kind: str, seed: int = 0, quick: bool = False, pool: str =
 
 
 def fit_graphs(model: torch.nn.Module, opt: torch.optim.Optimizer, task: Task, seed: int, epochs: int,
-               loss) -> tuple[float, float]:
+               loss, batch_size: int = 32, schedule=None) -> tuple[float, float]:
     """Train a graph-level ``model`` on ``task.train_idx`` for ``epochs``
-    (batches of 32, shuffled by a generator seeded with ``seed``), minimising
-    ``loss(output, y)``; leave it in eval mode and return its train and test
-    accuracy."""
+    (batches of ``batch_size``, shuffled by a generator seeded with ``seed``),
+    minimising ``loss(output, y)``; ``schedule``, an LR scheduler of ``opt``,
+    steps once per epoch. Leave the model in eval mode and return its train
+    and test accuracy."""
     g = torch.Generator().manual_seed(seed)
-    loader = DataLoader([task.graphs[i] for i in task.train_idx], batch_size=32, shuffle=True, generator=g)
+    loader = DataLoader([task.graphs[i] for i in task.train_idx], batch_size=batch_size, shuffle=True, generator=g)
     model.train()
     for _ in range(epochs):
         for b in loader:
             opt.zero_grad()
             loss(model(b.x, b.edge_index, b.batch), b.y).backward()
             opt.step()
+        if schedule is not None:
+            schedule.step()
     model.eval()
 
     def acc(idx):

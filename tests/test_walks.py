@@ -1,6 +1,7 @@
 """Relevant walks and subgraph relevance against slow dense references."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -291,6 +292,25 @@ def test_explanation_view_counts_every_step():
         assert float(edge[at].sum()) == pytest.approx(float(one.relevance[0]) * int((one.walks[0, :-1] == a).logical_and(
             one.walks[0, 1:] == b).sum()))
     assert explanation.node_mask.shape == (7, 1)
+
+
+def test_absolute_masks_add_the_walk_magnitudes():
+    x, ei = graph(7, 0.35, seed=8)
+    model = model_of("GCN", seed=8, channels=(3, 4, 4, 3))
+    w = lrp.walks(model, x, ei, 2)
+    assert bool((w.relevance < 0).any()) and bool((w.relevance > 0).any())  # the signs differ, so it matters
+    mass = torch.zeros(7, dtype=torch.float64)
+    for walk, value in zip(w.walks.tolist(), w.relevance.tolist()):  # slow twin: one walk at a time
+        for v in set(walk):
+            mass[v] += abs(value)
+    torch.testing.assert_close(w.node_mask(absolute=True), mass, rtol=1e-12, atol=1e-14)
+    assert not torch.allclose(w.node_mask(), mass)
+    positive = dataclasses.replace(w, relevance=w.relevance.abs())
+    for got, expected in zip(w.edge_mask(absolute=True), positive.edge_mask()):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-14)
+    explanation = w.to_explanation(x, absolute=True)
+    torch.testing.assert_close(explanation.node_mask[:, 0], mass, rtol=1e-12, atol=1e-14)
+    assert bool((explanation.edge_mask >= 0).all())
 
 
 def test_the_model_is_left_as_it_was():

@@ -110,21 +110,27 @@ class Walks:
     def __len__(self) -> int:
         return self.walks.shape[0]
 
-    def node_mask(self) -> Tensor:
-        """``[N]``: per node, the relevance of the walks that pass it (each
-        walk counted once per node it visits)."""
+    def _values(self, absolute: bool) -> Tensor:
+        return self.relevance.abs() if absolute else self.relevance
+
+    def node_mask(self, absolute: bool = False) -> Tensor:
+        r"""``[N]``: per node, the relevance of the walks that pass it (each
+        walk counted once per node it visits), :math:`\sum_{w \ni v} R_w`.
+        ``absolute=True`` sums :math:`|R_w|` instead, the walk mass through
+        the node: walks of opposite sign through a node add up instead of
+        cancelling."""
         mask = torch.zeros(self.num_nodes, dtype=self.relevance.dtype, device=self.relevance.device)
         if len(self):  # one (walk, node) key per node a walk visits
             walk = torch.arange(len(self), device=self.walks.device)[:, None]
             visits = torch.unique(walk * self.num_nodes + self.walks)
-            mask.index_add_(0, visits % self.num_nodes, self.relevance[visits // self.num_nodes])
+            mask.index_add_(0, visits % self.num_nodes, self._values(absolute)[visits // self.num_nodes])
         return mask
 
-    def edge_mask(self) -> tuple[Tensor, Tensor]:
-        """``([E], [N])``: per input edge, the relevance of the walk steps
+    def edge_mask(self, absolute: bool = False) -> tuple[Tensor, Tensor]:
+        r"""``([E], [N])``: per input edge, the relevance of the walk steps
         along it (summed over steps and walks; a step along parallel edges is
         split evenly), and per node the relevance of self steps that no
-        self-loop edge carries."""
+        self-loop edge carries. ``absolute=True`` sums :math:`|R_w|`."""
         n, e = self.num_nodes, self.edge_index.shape[1]
         dtype, device = self.relevance.dtype, self.relevance.device
         edge, loops = torch.zeros(e, dtype=dtype, device=device), torch.zeros(n, dtype=dtype, device=device)
@@ -133,7 +139,7 @@ class Walks:
         src, dst = self.walks[:, :-1].reshape(-1), self.walks[:, 1:].reshape(-1)
         if self.flow == "target_to_source":
             src, dst = dst, src
-        value = self.relevance[:, None].expand(-1, self.walks.shape[1] - 1).reshape(-1)
+        value = self._values(absolute)[:, None].expand(-1, self.walks.shape[1] - 1).reshape(-1)
         step_key, edge_key = src * n + dst, self.edge_index[0] * n + self.edge_index[1]
         keys, inverse = torch.unique(edge_key, return_inverse=True)
         per_key = torch.zeros(keys.numel(), dtype=dtype, device=device)
@@ -149,13 +155,14 @@ class Walks:
         loops.index_add_(0, src[self_steps], value[self_steps])
         return edge, loops
 
-    def to_explanation(self, x: Optional[Tensor] = None) -> Explanation:
-        """The walks as PyG masks, for PyG's metrics and for comparing with
+    def to_explanation(self, x: Optional[Tensor] = None, absolute: bool = False) -> Explanation:
+        r"""The walks as PyG masks, for PyG's metrics and for comparing with
         first-order masks: ``node_mask`` ``[N, 1]`` (:meth:`node_mask`),
         ``edge_mask`` ``[E]`` and ``self_loop_relevance`` ``[N]``
-        (:meth:`edge_mask`); ``x`` and ``edge_index`` of the explained graph."""
-        edge, loops = self.edge_mask()
-        explanation = Explanation(node_mask=self.node_mask()[:, None], edge_mask=edge, x=x,
+        (:meth:`edge_mask`), summing :math:`|R_w|` where ``absolute``; ``x``
+        and ``edge_index`` of the explained graph."""
+        edge, loops = self.edge_mask(absolute)
+        explanation = Explanation(node_mask=self.node_mask(absolute)[:, None], edge_mask=edge, x=x,
                                   edge_index=self.edge_index)
         explanation.self_loop_relevance = loops
         explanation.index = self.index
