@@ -30,9 +30,9 @@ For each rule set in ``RULES`` (``rules=None``, the default composite;
   ``|.|``;
 * **walks**: ``Walks.node_mask()`` of every walk (``top_k=None``): per node,
   the relevance of the walks that visit it, signed and ``|.|``; and the
-  absolute walk mass, :math:`\sum |R_w|` over the walks that visit the node
-  (what ``node_mask(absolute=True)`` returns; ``walk_mass`` below computes it
-  on its own);
+  absolute walk mass, :math:`\sum |R_w|` over the walks that visit the node,
+  ``node_mask(absolute=True)`` (the script asserts that it equals
+  ``walk_mass`` below, which adds it up walk by walk);
 * **subgraph leave-one-out**: :math:`S(V) - S(V \setminus \{v\})` from one
   batched ``lrp.subgraph_relevance`` call with the ``n`` sets
   :math:`V \setminus \{v\}` (:math:`S(V)` is the sum of all walks). It is
@@ -263,7 +263,8 @@ def naive_walk_relevance(model, inst, walks: torch.Tensor, rules=None) -> torch.
 # ---------------------------------------------------------------------------
 
 def walk_mass(w: lrp.Walks) -> torch.Tensor:
-    """Per node, the sum of |R| over the walks that visit it (once per walk)."""
+    """Per node, the sum of |R| over the walks that visit it (once per walk),
+    from a dense walk x node incidence: the check of ``node_mask(absolute=True)``."""
     seen = torch.zeros(len(w), w.num_nodes, dtype=w.relevance.dtype)
     seen.scatter_(1, w.walks, 1.0)
     return (seen * w.relevance.abs()[:, None]).sum(0)
@@ -371,9 +372,10 @@ def run_seed(seed: int, task, args, checks: dict, log) -> dict:
             top, _ = timed(lambda: lrp.walks(model, inst.x, inst.edge_index, inst.index, rules=rules, top_k=TOP_K,
                                              **kw(inst)))
             where = f"seed {seed}, instance {i}, rules {name}"
-            node_mask = w.node_mask()
+            node_mask, mass = w.node_mask(), w.node_mask(absolute=True)
             loo = w.relevance_total - loo
             checks["loo"](node_mask, loo, where)
+            checks["mass"](mass, walk_mass(w), where)
             k = min(TOP_K, len(w))
             checks["top"](w.relevance[:k].abs(), top.relevance[:k].abs(), where)
             assert abs(w.relevance.double().sum().item() - w.relevance_total) <= 1e-4 * max(
@@ -383,7 +385,7 @@ def run_seed(seed: int, task, args, checks: dict, log) -> dict:
             add("first-order LRP", f"{name} (abs)", nr.abs(), inst)
             add("walks (all)", f"{name} node_mask() (signed)", node_mask, inst)
             add("walks (all)", f"{name} node_mask() (abs)", node_mask.abs(), inst)
-            add("walks (all)", f"{name} abs walk mass through node", walk_mass(w), inst)
+            add("walks (all)", f"{name} abs walk mass through node", mass, inst)
             add("subgraph leave-one-out", f"{name} S(V) - S(V∖{{v}}) (signed)", loo, inst)
             add("subgraph leave-one-out", f"{name} S(V) - S(V∖{{v}}) (abs)", loo.abs(), inst)
             add(f"top-{TOP_K} walks", f"{name} node_mask() (signed)", top.node_mask(), inst)
@@ -698,6 +700,7 @@ def main(argv=None) -> None:
     log = lambda s: print(s, flush=True)  # noqa: E731
     checks = {
         "loo": Check("walk node_mask() vs subgraph leave-one-out S(V) - S(V∖{v})", 1e-4),
+        "mass": Check("walk node_mask(absolute=True) vs the walk-by-walk sum of |R| (walk_mass)", 1e-5),
         "top": Check(f"lrp.walks(top_k={TOP_K}) vs the {TOP_K} largest of top_k=None (|relevance|)", 1e-5),
         "explain": Check("Walks.node_relevance vs lrp.explain's node mask (summed over features)", 1e-5),
         "naive": Check("lrp.walks vs naive one-backward-per-walk reference (relevance of every walk)", 1e-5),
