@@ -700,7 +700,7 @@ def main(argv=None) -> None:
     log = lambda s: print(s, flush=True)  # noqa: E731
     checks = {
         "loo": Check("walk node_mask() vs subgraph leave-one-out S(V) - S(V∖{v})", 1e-4),
-        "mass": Check("walk node_mask(absolute=True) vs the walk-by-walk sum of |R| (walk_mass)", 1e-5),
+        "mass": Check("walk node_mask(absolute=True) vs the walk-by-walk sum of |R| (walk_mass)", 1e-4),
         "top": Check(f"lrp.walks(top_k={TOP_K}) vs the {TOP_K} largest of top_k=None (|relevance|)", 1e-5),
         "explain": Check("Walks.node_relevance vs lrp.explain's node mask (summed over features)", 1e-5),
         "naive": Check("lrp.walks vs naive one-backward-per-walk reference (relevance of every walk)", 1e-5),
