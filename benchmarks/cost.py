@@ -7,8 +7,10 @@ The datasets, models, seeded training and instance sample of
 ``common.py`` (the same code and seed as ``faithfulness.py``, so the same
 weights: training is deterministic on CPU with a fixed thread count). For every
 dataset x model and method, ``--instances`` explanations (default 10) are
-timed one by one through PyG's ``Explainer`` after one untimed warm-up call
-(which also converts the model for LRP); the table shows the median.
+timed through PyG's ``Explainer`` after one untimed warm-up call (which
+also converts the model for LRP): ``--rounds`` rounds (default 3) over the
+instances, call after call as in a user's loop; the table shows the median
+of all these calls.
 
 * ``plain fwd+bwd``: the reference: ``model(x, edge_index)`` and
   ``out[index, class].backward()`` with ``x.requires_grad``: what one gradient
@@ -51,16 +53,20 @@ depend on training). For each size, alternately and after one warm-up each:
 
 Peak memory
 -----------
-Linux only: before each timed call the script writes ``5`` to
+Linux only: before each memory call the script writes ``5`` to
 ``/proc/self/clear_refs`` (resetting the peak resident set, VmHWM, to the
 current one) and reads VmRSS; ``peak MiB`` is VmHWM after the call minus that
 base: the most extra memory the call held at once. For the small graphs of
 part 1 this is dominated by allocator noise (a few MiB); the ratios of part 2
 are the meaningful ones. ``n/a`` where /proc is not available. Time and
-memory come from separate calls: timed calls run back to back (malloc keeps
-freed pages, as in any steady loop); before each memory call the script
-returns malloc's free pages to the system (glibc ``malloc_trim(0)``), so that
-the call's peak is not hidden by pages an earlier call left resident.
+memory come from separate calls: timed calls run back to back, with no
+garbage collection or page trimming in between (malloc keeps freed pages
+and the caches stay warm, as in any steady loop; a collection before each
+timed call would add about the same cold-cache time, 1 to 2 ms here, to
+every method and make small-graph ratios look closer to 1 than they are);
+before each memory call the script collects garbage and returns malloc's
+free pages to the system (glibc ``malloc_trim(0)``), so that the call's
+peak is not hidden by pages an earlier call left resident.
 
 Timings depend on the machine and on what else runs on it; compare ratios
 within one run. Default: one torch thread (``--threads``), so that a busy
@@ -128,21 +134,34 @@ except OSError:
     _LIBC = None
 
 
-def measure(fn: Callable[[], object]) -> tuple[float, Optional[float]]:
-    """(seconds, peak extra MiB) of ``fn``: one timed call, then one call whose
-    peak resident memory is measured after freed pages went back to the system."""
+def seconds_of(calls: list[Callable[[], object]], rounds: int) -> float:
+    """Seconds per call: the median over ``rounds`` rounds of the ``calls``
+    run back to back, as in a user's loop over instances. Nothing runs
+    between timed calls: a garbage collection or a return of free pages
+    before each call would add the same cold-cache time to every method and
+    bring their ratios closer to 1."""
     gc.collect()
-    start = time.perf_counter()
-    fn()
-    seconds = time.perf_counter() - start
+    times = []
+    for _ in range(rounds):
+        for fn in calls:
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+    return median(times)
+
+
+def peak_mib(fn: Callable[[], object]) -> Optional[float]:
+    """Peak extra MiB of one call of ``fn``, measured after freed pages went
+    back to the system (``None`` where peaks cannot be tracked). Separate
+    from the timed calls."""
     if not TRACK:
-        return seconds, None
+        return None
     gc.collect()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
     base = reset_peak()
     fn()
-    return seconds, (peak() - base) / MIB
+    return (peak() - base) / MIB
 
 
 def median(values):
@@ -176,9 +195,10 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
     rows: list[tuple[str, float, Optional[float], float]] = []  # name, seconds, MiB, one-off
 
     def run_rows(name, make_fn, one_off=0.0):
-        make_fn(timed[0])()  # warm-up
-        results = [measure(make_fn(inst)) for inst in timed]
-        rows.append((name, median([r[0] for r in results]), median([r[1] for r in results]), one_off))
+        calls = [make_fn(inst) for inst in timed]
+        calls[0]()  # warm-up
+        seconds = seconds_of(calls, args.rounds)
+        rows.append((name, seconds, median([peak_mib(fn) for fn in calls]), one_off))
         log(f"    {name:<30} {1000 * rows[-1][1]:9.2f} ms")
 
     run_rows("plain fwd+bwd", lambda inst: plain_fwd_bwd(model, inst))
@@ -193,12 +213,8 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
             call = lambda: lrp.explain_nodes(model, d.x, d.edge_index, nodes, target=instances[0].target[nodes],  # noqa
                                              batch_size=64, progress=False)
             call()
-            secs, mib = [], []
-            for _ in range(3):
-                s, mb = measure(call)
-                secs.append(s / len(instances))
-                mib.append(mb)
-            rows.append(("LRP explain_nodes (batched)", median(secs), median(mib), 0.0))
+            rows.append(("LRP explain_nodes (batched)", seconds_of([call], 3) / len(instances),
+                         median([peak_mib(call) for _ in range(3)]), 0.0))
             log(f"    {'LRP explain_nodes (batched)':<30} {1000 * rows[-1][1]:9.2f} ms")
     plain = rows[0][1]
     gnn = next(r[1] for r in rows if r[0] == "GNNExplainer")
@@ -262,11 +278,14 @@ def scaling_row(target_edges: int, args, log) -> list[str]:
     for fn in calls.values():
         fn()  # warm-up
     res = {k: [] for k in calls}
+    gc.collect()
     for _ in range(reps):  # alternate
         for k, fn in calls.items():
-            res[k].append(measure(fn))
-    t = {k: median([r[0] for r in v]) for k, v in res.items()}
-    m = {k: median([r[1] for r in v]) for k, v in res.items()}
+            start = time.perf_counter()
+            fn()
+            res[k].append(time.perf_counter() - start)
+    t = {k: median(v) for k, v in res.items()}
+    m = {k: median([peak_mib(fn) for _ in range(reps)]) for k, fn in calls.items()}
     log(f"  {edge_index.shape[1]:>9,} edges: plain {1000 * t['plain']:.1f} ms, Explainer "
         f"{1000 * t['explainer']:.1f} ms, pass {1000 * t['pass']:.1f} ms; peak MiB {m}")
     return [f"{edge_index.shape[1]:,}", f"{n:,}", fmt(1000 * t["plain"], 1), fmt(1000 * t["explainer"], 1),
@@ -294,6 +313,8 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--max-edges", type=int, default=None, help="largest scaling graph (default 1,000,000)")
     parser.add_argument("--repeat", type=int, default=5, help="repetitions per scaling size (median)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timed rounds over the instances per method (median of all calls)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS / "cost.md")

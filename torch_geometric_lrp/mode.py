@@ -606,6 +606,15 @@ def _walk(args, kwargs, fn):
     return out, {k: fn(v, k) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
 
 
+def _value_of(t: Tensor) -> Tensor:
+    """A tensor operand as a constant of the pass."""
+    return t.detach() if t.requires_grad else t
+
+
+def _plain_operand(t: Tensor, key) -> Tensor:
+    return _value_of(t)
+
+
 def _columns_of(source: Tensor, indices: Tensor) -> Optional[list]:
     """The columns of integer ``source`` (``[N]``: one column, ``[N, C]``)
     that ``indices`` views row for row: ``[c]`` for ``source[:, c]`` (or a
@@ -749,66 +758,67 @@ class RelevanceMode(TorchFunctionMode):
         self._maps[closed] = (rule, tuple(outputs))
         return closed
 
+    def _role(self, name: str, kind: str, t: Tensor, key) -> str:
+        """What tensor operand ``t`` (at ``key``) is in linear op ``name`` of ``kind``."""
+        if kind == "copy" and not _is_data(name, key):
+            return "ref"
+        if not t.is_floating_point():
+            return "ref"
+        if _carries(t):
+            return "signal"
+        if kind == "add":
+            return "bias"
+        if kind == "mul":
+            return "weight" if _is_parameter(t) or t in self._weights else "gate"
+        if kind == "linear":
+            return "weight" if key in (1, "weight") else "bias"
+        if kind == "batch_norm":
+            return _BATCH_NORM_ROLES.get(key, "gate")
+        return "input"
+
+    def _stream_arg(self, t: Tensor, role: str, rule: Rule, k: int, stream) -> Tensor:
+        """Operand ``t`` (of ``role``) as stream ``k`` of ``rule`` sees it."""
+        if role == "signal":
+            return self._stream_input(t, rule, k, stream)
+        if role == "weight":
+            return self._modified(t, stream.weight)
+        if role in ("gate", "ref"):
+            return _value_of(t)
+        if role == "bias":
+            return self._constant(t, stream.bias, "bias")
+        return self._constant(t, stream.input, "constant")
+
     def _linear_op(self, name: str, func: Callable, kind: str, rule: Rule, args, kwargs):
         fn = _OUT_OF_PLACE.get(name, func)
         if name in _SCALAR_TERMS and len(args) > 1 and isinstance(args[1], (int, float)) and isinstance(args[0], Tensor):
             # a number added to a signal is a constant term: as a tensor, what it absorbs is measured
             args = (args[0], torch.tensor(args[1], dtype=args[0].dtype, device=args[0].device), *args[2:])
-        streams = rule.streams()
-
-        def role(t: Tensor, key) -> str:
-            if kind == "copy" and not _is_data(name, key):
-                return "ref"
-            if not t.is_floating_point():
-                return "ref"
-            if _carries(t):
-                return "signal"
-            if kind == "add":
-                return "bias"
-            if kind == "mul":
-                return "weight" if _is_parameter(t) or t in self._weights else "gate"
-            if kind == "linear":
-                return "weight" if key in (1, "weight") else "bias"
-            if kind == "batch_norm":
-                return _BATCH_NORM_ROLES.get(key, "gate")
-            return "input"
-
-        def value_of(t: Tensor, key):
-            return t.detach() if t.requires_grad else t
-
-        signals, constants = [], []
-        _walk(args, kwargs, lambda t, key: (signals if role(t, key) == "signal" else constants).append(
-            (t, role(t, key))))
-        if not signals:  # relevance only in a shape or dtype reference (expand_as, type_as)
-            a, kw = _walk(args, kwargs, value_of)
+        # the tensor operands and their roles, in _walk's order (found once, used per stream)
+        operands: list = []
+        _walk(args, kwargs, lambda t, key: operands.append((t, self._role(name, kind, t, key))))
+        if not any(r == "signal" for _, r in operands):
+            # relevance only in a shape or dtype reference (expand_as, type_as)
+            a, kw = _walk(args, kwargs, _plain_operand)
             return fn(*a, **kw)
-        if kind == "copy" and not any(t in self._maps for t, _ in signals) and \
-                not any(r == "input" for _, r in constants):
+        if kind == "copy" and not any(r == "input" for _, r in operands) and \
+                not any(r == "signal" and t in self._maps for t, r in operands):
             # A copy of relevance tensors only: its gradient is the rule, no map needed.
             # (With a constant operand, as in cat([x, degree]), it is part of a map
             # so that what the constant absorbs is measured.)
             return NotImplemented
+        streams = rule.streams()
         outputs = []
         with torch.enable_grad():
             for k, stream in enumerate(streams):
-                def stream_arg(t: Tensor, key, k=k, stream=stream):
-                    r = role(t, key)
-                    if r == "signal":
-                        return self._stream_input(t, rule, k, stream)
-                    if r == "weight":
-                        return self._modified(t, stream.weight)
-                    if r in ("gate", "ref"):
-                        return value_of(t, key)
-                    if r == "bias":
-                        return self._constant(t, stream.bias, "bias")
-                    return self._constant(t, stream.input, "constant")
-                a, kw = _walk(args, kwargs, stream_arg)
+                todo = iter(operands)
+                a, kw = _walk(args, kwargs, lambda t, key, todo=todo, k=k, stream=stream:
+                              self._stream_arg(*next(todo), rule, k, stream))
                 outputs.append(fn(*a, **kw))
         if len(streams) == 1 and streams[0].identity:
             value = outputs[0]
         else:
             with torch.no_grad():
-                a, kw = _walk(args, kwargs, value_of)
+                a, kw = _walk(args, kwargs, _plain_operand)
                 value = fn(*a, **kw)
         return self._register(value, rule, outputs)
 
