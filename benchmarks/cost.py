@@ -32,6 +32,14 @@ of all these calls.
 ``x plain`` = method time / plain fwd+bwd time; ``GNNExpl. / method`` =
 GNNExplainer time / method time (the speed-up over GNNExplainer).
 
+``LRP / Saliency`` in the summary (the issue's cost bar) is measured apart:
+``LRP default`` and ``Saliency`` alternate call by call over the timed
+instances for ``--pair-rounds`` rounds (default 5), and the ratio is of the
+two medians. Methods timed one after another differ by up to a third even
+where they do the same work (Saliency, InputXGradient and GuidedBackprop are
+each one forward and backward), so a ratio of two separate rows would be
+that noisy.
+
 Part 2: LRP's scaling with graph size
 -------------------------------------
 Barabasi-Albert graphs (``barabasi_albert_graph(n, 5)``: about ``10 n``
@@ -150,6 +158,21 @@ def seconds_of(calls: list[Callable[[], object]], rounds: int) -> float:
     return median(times)
 
 
+def interleaved(groups: list[list[Callable[[], object]]], rounds: int) -> list[float]:
+    """Seconds per call of each group of calls (one group per method, one call
+    per instance), the groups alternating call by call: instance 1 of every
+    method, then instance 2, ..., for ``rounds`` rounds; medians."""
+    gc.collect()
+    times: list[list[float]] = [[] for _ in groups]
+    for _ in range(rounds):
+        for calls in zip(*groups):
+            for k, fn in enumerate(calls):
+                start = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - start)
+    return [median(t) for t in times]
+
+
 def peak_mib(fn: Callable[[], object]) -> Optional[float]:
     """Peak extra MiB of one call of ``fn``, measured after freed pages went
     back to the system (``None`` where peaks cannot be tracked). Separate
@@ -216,6 +239,17 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
             rows.append(("LRP explain_nodes (batched)", seconds_of([call], 3) / len(instances),
                          median([peak_mib(call) for _ in range(3)]), 0.0))
             log(f"    {'LRP explain_nodes (batched)':<30} {1000 * rows[-1][1]:9.2f} ms")
+    # LRP over Saliency, the cost bar: the two alternate call by call, so that
+    # both see the same state of the machine (the rows above are timed one
+    # method after another, and equivalent methods differ there by up to a third)
+    by_name = {m.name: m for m in methods}
+    ratio = None
+    if "LRP default (signed)" in by_name and "Saliency" in by_name:
+        pair = [by_name["LRP default (signed)"], by_name["Saliency"]]
+        lrp_s, sal_s = interleaved([[lambda inst=inst, m=m: explain(m, inst, seed=args.seed) for inst in timed]
+                                    for m in pair], args.pair_rounds)
+        ratio = lrp_s / sal_s
+        log(f"    LRP default / Saliency, alternating: {ratio:.2f} ({1000 * lrp_s:.2f} / {1000 * sal_s:.2f} ms)")
     plain = rows[0][1]
     gnn = next(r[1] for r in rows if r[0] == "GNNExplainer")
     lines = [[name, fmt(1000 * s, 2), fmt(s / plain, 1), fmt(gnn / s, 1),
@@ -223,6 +257,8 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
               fmt(one_off, 1) if one_off else ""] for name, s, mib, one_off in rows]
     text = table(["method", "ms/expl.", "x plain", "GNNExpl. / method", "peak MiB", "one-off s"], lines)
     summary = {name: s for name, s, _, _ in rows}
+    if ratio is not None:
+        summary["LRP / Saliency, alternating"] = ratio
     n_nodes = task.data.num_nodes if task.level == "node" else task.graphs[0].num_nodes
     n_edges = task.data.num_edges if task.level == "node" else task.graphs[0].num_edges
     title = (f"### {dataset} / {kind}\n\n{len(timed)} explanations timed; graph: {n_nodes} nodes, {n_edges} edges"
@@ -313,6 +349,8 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--max-edges", type=int, default=None, help="largest scaling graph (default 1,000,000)")
     parser.add_argument("--repeat", type=int, default=5, help="repetitions per scaling size (median)")
+    parser.add_argument("--pair-rounds", type=int, default=5,
+                        help="rounds of LRP and Saliency alternating, for their ratio (medians)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed rounds over the instances per method (median of all calls)")
     parser.add_argument("--seed", type=int, default=0)
@@ -349,7 +387,7 @@ def main(argv=None) -> None:
                                  fmt(s["GNNExplainer"] / s["LRP explain_nodes (batched)"], 1)
                                  if "LRP explain_nodes (batched)" in s else "n/a",
                                  fmt(s["LRP default"] / s["plain fwd+bwd"], 1),
-                                 fmt(s["LRP default"] / s["Saliency"], 2) if "Saliency" in s else "n/a"])
+                                 fmt(s["LRP / Saliency, alternating"], 2) if "LRP / Saliency, alternating" in s else "n/a"])
     if args.part in ("all", "scaling"):
         log("scaling")
         sections.append("## LRP's scaling with graph size (3-layer GCN, 64 features, one target node)\n\n"
@@ -365,7 +403,9 @@ def main(argv=None) -> None:
         extra += ["## Summary: LRP (default composite, one explanation per `Explainer` call) vs GNNExplainer "
                   "and Saliency", "",
                   "`speed-up`: GNNExplainer's time / LRP's; `LRP / Saliency`: LRP's time over Saliency's, "
-                  "both through the same `Explainer` call (Saliency is one plain forward and backward on the "
+                  "both through the same `Explainer` call, timed alternately call by call "
+                  f"({args.pair_rounds} rounds over the instances; medians), so that both see the same "
+                  "state of the machine (Saliency is one plain forward and backward on the "
                   "full graph; LRP one forward on the targets' subgraph with its check forward, one "
                   "relevance forward and backward there).", "",
                   table(["dataset", "model", "LRP ms/expl.", "GNNExplainer ms/expl.", "speed-up",
