@@ -47,7 +47,7 @@ import warnings
 import threading
 import weakref
 from collections import Counter
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import torch
@@ -999,12 +999,29 @@ class RelevanceMode(TorchFunctionMode):
                 return out
         return None
 
+    def unrouted(self):
+        """A context in which torch ops run as they are, for the pass's own
+        bookkeeping after the forward (the backward, reading the accounting):
+        :meth:`paused` where this mode is the innermost torch function mode,
+        else nothing to do. The relevance Functions' backward and the
+        accounting use torch ops on tensors that carry no relevance, so the
+        routing would change nothing there, only add its per-call cost."""
+        # torch.overrides has no public accessor of the innermost mode
+        if torch.overrides._get_current_function_mode() is self:
+            return self.paused()
+        return nullcontext()
+
     def backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]],
                  retain_graph: bool = False) -> list[Optional[Tensor]]:
         """Seed ``out`` with relevance ``seed`` and return the relevance of each
         of ``inputs`` (zeros for an input that received none; ``None`` stays
         ``None``). Works inside and after the pass, and under ``no_grad``;
         ``retain_graph=True`` keeps the forward for another seed."""
+        with self.unrouted():
+            return self._backward(out, seed, inputs, retain_graph)
+
+    def _backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]],
+                  retain_graph: bool) -> list[Optional[Tensor]]:
         wanted = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
         grads: Sequence = ()
         if out.requires_grad:
@@ -1025,7 +1042,7 @@ class RelevanceMode(TorchFunctionMode):
                     f"; the first op that passed it on is {self.first_nonfinite}." if self.first_nonfinite else ".")
             warnings.warn(f"LRP: the explained output depends on a non-finite value (inf or NaN), so its "
                           f"relevance is not finite.{where} Values the output does not depend on do not "
-                          f"matter.", RuntimeWarning, stacklevel=2)
+                          f"matter.", RuntimeWarning, stacklevel=3)
         result = []
         for t in inputs:
             if not isinstance(t, Tensor):
