@@ -337,3 +337,31 @@ def test_dynamic_edge_conv_holds_its_knn_graph_constant(monkeypatch):
     torch.testing.assert_close(got.node_mask, want.node_mask)
     assert got.score == pytest.approx(want.score, rel=1e-12)
     assert abs(got.residual) < 1e-9 * abs(got.score)
+
+
+def test_the_backward_runs_unrouted(monkeypatch):
+    """The relevance Functions' backward and the accounting use plain torch ops
+    on tensors that carry no relevance: ``mode.backward`` runs them past the
+    mode (every routed call costs Python time), while every op of the forward
+    is routed."""
+    from torch_geometric_lrp.mode import RelevanceMode
+
+    calls = []
+    route = RelevanceMode.__torch_function__
+
+    def counted(self, func, types, args=(), kwargs=None):
+        calls.append(func)
+        return route(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(RelevanceMode, "__torch_function__", counted)
+    conv = pyg_nn.GCNConv(F_IN, HID).double()
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6]])
+    with relevance_pass(conv) as mode:
+        x = mode.watch(X)
+        out = conv(x, edge_index)
+        seed = out.detach()
+        routed = len(calls)
+        (relevance,) = mode.backward(out, seed, [x])
+    assert routed > 0
+    assert len(calls) == routed
+    assert bool(torch.isfinite(relevance).all()) and float(relevance.abs().sum()) > 0
