@@ -142,26 +142,13 @@ except OSError:
     _LIBC = None
 
 
-def seconds_of(calls: list[Callable[[], object]], rounds: int) -> float:
-    """Seconds per call: the median over ``rounds`` rounds of the ``calls``
-    run back to back, as in a user's loop over instances. Nothing runs
-    between timed calls: a garbage collection or a return of free pages
-    before each call would add the same cold-cache time to every method and
-    bring their ratios closer to 1."""
-    gc.collect()
-    times = []
-    for _ in range(rounds):
-        for fn in calls:
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return median(times)
-
-
-def interleaved(groups: list[list[Callable[[], object]]], rounds: int) -> list[float]:
+def seconds_per_call(groups: list[list[Callable[[], object]]], rounds: int) -> list[float]:
     """Seconds per call of each group of calls (one group per method, one call
-    per instance), the groups alternating call by call: instance 1 of every
-    method, then instance 2, ..., for ``rounds`` rounds; medians."""
+    per instance): median over ``rounds`` rounds in which the groups
+    alternate call by call (instance 1 of every group, then instance 2, ...).
+    The calls run back to back, as in a user's loop over instances: a garbage
+    collection or a return of free pages before each call would add the same
+    cold-cache time to every method and bring their ratios closer to 1."""
     gc.collect()
     times: list[list[float]] = [[] for _ in groups]
     for _ in range(rounds):
@@ -220,7 +207,7 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
     def run_rows(name, make_fn, one_off=0.0):
         calls = [make_fn(inst) for inst in timed]
         calls[0]()  # warm-up
-        seconds = seconds_of(calls, args.rounds)
+        (seconds,) = seconds_per_call([calls], args.rounds)
         rows.append((name, seconds, median([peak_mib(fn) for fn in calls]), one_off))
         log(f"    {name:<30} {1000 * rows[-1][1]:9.2f} ms")
 
@@ -236,7 +223,7 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
             call = lambda: lrp.explain_nodes(model, d.x, d.edge_index, nodes, target=instances[0].target[nodes],  # noqa
                                              batch_size=64, progress=False)
             call()
-            rows.append(("LRP explain_nodes (batched)", seconds_of([call], 3) / len(instances),
+            rows.append(("LRP explain_nodes (batched)", seconds_per_call([[call]], 3)[0] / len(instances),
                          median([peak_mib(call) for _ in range(3)]), 0.0))
             log(f"    {'LRP explain_nodes (batched)':<30} {1000 * rows[-1][1]:9.2f} ms")
     # LRP over Saliency, the cost bar: the two alternate call by call, so that
@@ -246,8 +233,8 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
     ratio = None
     if "LRP default (signed)" in by_name and "Saliency" in by_name:
         pair = [by_name["LRP default (signed)"], by_name["Saliency"]]
-        lrp_s, sal_s = interleaved([[lambda inst=inst, m=m: explain(m, inst, seed=args.seed) for inst in timed]
-                                    for m in pair], args.pair_rounds)
+        lrp_s, sal_s = seconds_per_call([[lambda inst=inst, m=m: explain(m, inst, seed=args.seed) for inst in timed]
+                                         for m in pair], args.pair_rounds)
         ratio = lrp_s / sal_s
         log(f"    LRP default / Saliency, alternating: {ratio:.2f} ({1000 * lrp_s:.2f} / {1000 * sal_s:.2f} ms)")
     plain = rows[0][1]
@@ -313,14 +300,7 @@ def scaling_row(target_edges: int, args, log) -> list[str]:
     reps = args.repeat if target_edges <= 300_000 else max(3, args.repeat // 2)
     for fn in calls.values():
         fn()  # warm-up
-    res = {k: [] for k in calls}
-    gc.collect()
-    for _ in range(reps):  # alternate
-        for k, fn in calls.items():
-            start = time.perf_counter()
-            fn()
-            res[k].append(time.perf_counter() - start)
-    t = {k: median(v) for k, v in res.items()}
+    t = dict(zip(calls, seconds_per_call([[fn] for fn in calls.values()], reps)))  # alternating
     m = {k: median([peak_mib(fn) for _ in range(reps)]) for k, fn in calls.items()}
     log(f"  {edge_index.shape[1]:>9,} edges: plain {1000 * t['plain']:.1f} ms, Explainer "
         f"{1000 * t['explainer']:.1f} ms, pass {1000 * t['pass']:.1f} ms; peak MiB {m}")

@@ -1000,10 +1000,9 @@ class RelevanceMode(TorchFunctionMode):
         return None
 
     def unrouted(self):
-        """A context in which torch ops run as they are, for the pass's own
-        bookkeeping after the forward (the backward, reading the accounting):
+        """A context in which torch ops run as they are, for the backward:
         :meth:`paused` where this mode is the innermost torch function mode,
-        else nothing to do. The relevance Functions' backward and the
+        else nothing to do. The relevance Functions' backward and its
         accounting use torch ops on tensors that carry no relevance, so the
         routing would change nothing there, only add its per-call cost."""
         # torch.overrides has no public accessor of the innermost mode
