@@ -365,3 +365,38 @@ def test_the_backward_runs_unrouted(monkeypatch):
     assert routed > 0
     assert len(calls) == routed
     assert bool(torch.isfinite(relevance).all()) and float(relevance.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("subgraph", [False, True])
+def test_nothing_after_the_forward_is_routed(monkeypatch, subgraph):
+    """After the model's forward, an explanation's torch calls are its own
+    bookkeeping (checks, seeds, the backward, the accounting): none of them
+    goes through the relevance mode."""
+    from torch_geometric_lrp.mode import RelevanceMode
+
+    calls = []
+    route = RelevanceMode.__torch_function__
+
+    def counted(self, func, types, args=(), kwargs=None):
+        calls.append(func)
+        return route(self, func, types, args, kwargs)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = pyg_nn.GCNConv(F_IN, HID), pyg_nn.GCNConv(HID, 3)
+
+        def forward(self, x, edge_index):
+            out = self.b(self.a(x, edge_index).relu(), edge_index)
+            calls.append("returned")
+            return out
+
+    monkeypatch.setattr(RelevanceMode, "__torch_function__", counted)
+    torch.manual_seed(0)
+    model = Net().double().eval()
+    x = weights(20, F_IN, seed=2)
+    edge_index = torch.randint(0, 20, (2, 30), generator=torch.Generator().manual_seed(3))
+    explanation = lrp.explain(model, x, edge_index, index=0, subgraph=subgraph)
+    assert any(c != "returned" for c in calls)  # the relevance forward is routed
+    assert calls[-1] == "returned"  # and nothing after it
+    assert abs(explanation.residual) < 1e-9 * max(1.0, abs(explanation.score))

@@ -1000,10 +1000,12 @@ class RelevanceMode(TorchFunctionMode):
         return None
 
     def unrouted(self):
-        """A context in which torch ops run as they are, for the backward:
-        :meth:`paused` where this mode is the innermost torch function mode,
-        else nothing to do. The relevance Functions' backward and its
-        accounting use torch ops on tensors that carry no relevance, so the
+        """A context in which torch ops run as they are, for the pass's own
+        work after the forward (a plain forward beside it, the backward, the
+        accounting): :meth:`paused` where this mode is the innermost torch
+        function mode, else nothing to do (it is paused already, or another
+        mode runs inside it). The relevance Functions' backward and the
+        bookkeeping use torch ops on tensors that carry no relevance, so the
         routing would change nothing there, only add its per-call cost."""
         # torch.overrides has no public accessor of the innermost mode
         if torch.overrides._get_current_function_mode() is self:

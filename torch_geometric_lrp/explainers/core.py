@@ -149,7 +149,7 @@ class Pass:
 
     def plain(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
         """The model's output, no relevance recorded."""
-        with torch.no_grad(), self.mode.paused():
+        with torch.no_grad(), self.mode.unrouted():
             return self._call(_usable(x), _usable(edge_index), {k: _usable(v) for k, v in kwargs.items()})
 
     def forward(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
@@ -190,9 +190,15 @@ class Pass:
         the result of an in-place op (see ``RelevanceMode.in_place``) and so
         computed something else than the model; a warning when no explained
         input reaches it (a forward under ``torch.no_grad()``, detached
-        tensors): every mask would be 0. Sets the logits."""
+        tensors): every mask would be 0. Sets the logits.
+
+        From here on the pass's torch calls are its own bookkeeping (checks,
+        seeds, the backward, the accounting) on tensors that carry no
+        relevance, or that the relevance Functions handle: they run past the
+        mode (:meth:`RelevanceMode.unrouted`) until the pass closes."""
+        self._stack.enter_context(self.mode.unrouted())
         if self.mode.in_place:
-            with torch.no_grad(), self.mode.paused():
+            with torch.no_grad():
                 plain = self._call(x, edge_index, kwargs)
             if not torch.allclose(plain, self.out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
                 raise UnsupportedOpError(
