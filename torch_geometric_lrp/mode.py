@@ -1194,6 +1194,17 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "_orig_mod", model) if type(model).__name__ == "OptimizedModule" else model
 
 
+def _attribute(module: torch.nn.Module, name: str):
+    """``getattr(module, name, None)`` for a plain attribute (of the module or
+    its class) without ``Module.__getattr__``, which raises (slowly, for
+    every module of every pass) where the module has no such attribute."""
+    found = vars(module)
+    if name in found:
+        return found[name]
+    value = getattr(type(module), name, None)
+    return getattr(module, name, None) if isinstance(value, property) else value
+
+
 @contextmanager
 def _prepared(model: torch.nn.Module, modules: Optional[list] = None) -> Iterator[None]:
     """What the pass needs of the model, undone on exit whatever happens:
@@ -1211,10 +1222,10 @@ def _prepared(model: torch.nn.Module, modules: Optional[list] = None) -> Iterato
                 module.training = False
                 undo.append((module, "training", True))
             for attr, off in (("fuse", False), ("cached", False), ("_explain", False)):
-                if getattr(module, attr, None) is True:
+                if _attribute(module, attr) is True:
                     object.__setattr__(module, attr, off)
                     undo.append((module, attr, True))
-            if getattr(module, "cached", None) is not None:
+            if _attribute(module, "cached") is not None:
                 # GCNConv reads _cached_* whenever it is set, whatever `cached` says
                 for key in [k for k, v in vars(module).items() if k.startswith("_cached_") and v is not None]:
                     undo.append((module, key, getattr(module, key)))
