@@ -364,18 +364,16 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         seed, explained = seed_of(p.logits, place, rows, n, checked, mode)
         # integer x: relevance starts at its embedding lookups (their outputs are level 0)
         inputs = (p.x,) if p.x.is_floating_point() else tuple(t for name, _, t in p.mode.lookups if name == "x")
-        # the backward steps and the search run on gradients: nothing there to route
-        with p.mode.unrouted():
-            steps = _Steps(inputs, levels, out, seed.view_as(out))
-            start, first = steps.start(), steps.first_order()
-            reached = _check_chain(steps, start, first)
-            if c is not None and bool(reached[:, c.ring].any()):
-                fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
-                return None
-            info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
-                        start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n,
-                        reached=reached, messages=[torch.cat(pairs, dim=1) if pairs else None for pairs in messages])
-            return body(steps, info)
+        steps = _Steps(inputs, levels, out, seed.view_as(out))
+        start, first = steps.start(), steps.first_order()
+        reached = _check_chain(steps, start, first)
+        if c is not None and bool(reached[:, c.ring].any()):
+            fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
+            return None
+        info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
+                    start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n, reached=reached,
+                    messages=[torch.cat(pairs, dim=1) if pairs else None for pairs in messages])
+        return body(steps, info)
 
 
 def _chain(steps: _Steps, state: Tensor, masks: Optional[Tensor] = None) -> tuple[Tensor, list[Tensor]]:
