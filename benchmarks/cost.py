@@ -32,13 +32,14 @@ of all these calls.
 ``x plain`` = method time / plain fwd+bwd time; ``GNNExpl. / method`` =
 GNNExplainer time / method time (the speed-up over GNNExplainer).
 
-``LRP / Saliency`` in the summary (the issue's cost bar) is measured apart:
-``LRP default`` and ``Saliency`` alternate call by call over the timed
-instances for ``--pair-rounds`` rounds (default 5), and the ratio is of the
-two medians. Methods timed one after another differ by up to a third even
-where they do the same work (Saliency, InputXGradient and GuidedBackprop are
-each one forward and backward), so a ratio of two separate rows would be
-that noisy.
+The summary (LRP against Saliency and GNNExplainer, the issue's cost bars)
+is measured apart: ``plain fwd+bwd``, ``LRP default``, ``Saliency`` and
+``GNNExplainer`` alternate call by call over the timed instances for
+``--pair-rounds`` rounds (default 3), and its ratios are of the medians.
+Methods timed one after another differ by up to a third even where they do
+the same work (Saliency, InputXGradient and GuidedBackprop are each one
+forward and backward; the first LRP row of a model can take half as long
+again as the next), so a ratio of two separate rows would be that noisy.
 
 Part 2: LRP's scaling with graph size
 -------------------------------------
@@ -226,17 +227,19 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
             rows.append(("LRP explain_nodes (batched)", seconds_per_call([[call]], 3)[0] / len(instances),
                          median([peak_mib(call) for _ in range(3)]), 0.0))
             log(f"    {'LRP explain_nodes (batched)':<30} {1000 * rows[-1][1]:9.2f} ms")
-    # LRP over Saliency, the cost bar: the two alternate call by call, so that
-    # both see the same state of the machine (the rows above are timed one
-    # method after another, and equivalent methods differ there by up to a third)
+    # The summary (the cost bars: LRP over Saliency and GNNExplainer over LRP)
+    # comes from calls that alternate, so that all see the same state of the
+    # machine: the rows above are timed one method after another, and
+    # equivalent methods differ there by up to a third.
     by_name = {m.name: m for m in methods}
-    ratio = None
-    if "LRP default (signed)" in by_name and "Saliency" in by_name:
-        pair = [by_name["LRP default (signed)"], by_name["Saliency"]]
-        lrp_s, sal_s = seconds_per_call([[lambda inst=inst, m=m: explain(m, inst, seed=args.seed) for inst in timed]
-                                         for m in pair], args.pair_rounds)
-        ratio = lrp_s / sal_s
-        log(f"    LRP default / Saliency, alternating: {ratio:.2f} ({1000 * lrp_s:.2f} / {1000 * sal_s:.2f} ms)")
+    alternating = None
+    if all(name in by_name for name in ("LRP default (signed)", "Saliency", "GNNExplainer")):
+        group = {"plain fwd+bwd": [plain_fwd_bwd(model, inst) for inst in timed]}
+        for name in ("LRP default (signed)", "Saliency", "GNNExplainer"):
+            m = by_name[name]
+            group[name] = [lambda inst=inst, m=m: explain(m, inst, seed=args.seed) for inst in timed]
+        alternating = dict(zip(group, seconds_per_call(list(group.values()), args.pair_rounds)))
+        log("    alternating: " + ", ".join(f"{k} {1000 * v:.2f} ms" for k, v in alternating.items()))
     plain = rows[0][1]
     gnn = next(r[1] for r in rows if r[0] == "GNNExplainer")
     lines = [[name, fmt(1000 * s, 2), fmt(s / plain, 1), fmt(gnn / s, 1),
@@ -244,8 +247,7 @@ def per_explanation(dataset: str, kind: str, args, log) -> tuple[str, dict]:
               fmt(one_off, 1) if one_off else ""] for name, s, mib, one_off in rows]
     text = table(["method", "ms/expl.", "x plain", "GNNExpl. / method", "peak MiB", "one-off s"], lines)
     summary = {name: s for name, s, _, _ in rows}
-    if ratio is not None:
-        summary["LRP / Saliency, alternating"] = ratio
+    summary["alternating"] = alternating
     n_nodes = task.data.num_nodes if task.level == "node" else task.graphs[0].num_nodes
     n_edges = task.data.num_edges if task.level == "node" else task.graphs[0].num_edges
     title = (f"### {dataset} / {kind}\n\n{len(timed)} explanations timed; graph: {n_nodes} nodes, {n_edges} edges"
@@ -329,8 +331,8 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--max-edges", type=int, default=None, help="largest scaling graph (default 1,000,000)")
     parser.add_argument("--repeat", type=int, default=5, help="repetitions per scaling size (median)")
-    parser.add_argument("--pair-rounds", type=int, default=5,
-                        help="rounds of LRP and Saliency alternating, for their ratio (medians)")
+    parser.add_argument("--pair-rounds", type=int, default=3,
+                        help="rounds of LRP, Saliency, GNNExplainer and plain alternating, for the summary (medians)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed rounds over the instances per method (median of all calls)")
     parser.add_argument("--seed", type=int, default=0)
@@ -357,17 +359,18 @@ def main(argv=None) -> None:
                 log(f"{dataset} / {kind}")
                 text, s = per_explanation(dataset, kind, args, log)
                 sections.append(text)
-                cheaper = [f"{name} {1000 * sec:.2f} ms" for name, sec in s.items()
-                           if name != "plain fwd+bwd" and not name.startswith("LRP") and sec < s["LRP default"]]
+                cheaper = [f"{name} {1000 * sec:.2f} ms" for name, sec in s.items() if name != "alternating"
+                           and name != "plain fwd+bwd" and not name.startswith("LRP") and sec < s["LRP default"]]
                 if cheaper:
                     losses.append(f"- {dataset} / {kind} (LRP default {1000 * s['LRP default']:.2f} ms): "
                                   + ", ".join(cheaper))
-                speedups.append([dataset, kind, fmt(1000 * s["LRP default"], 2), fmt(1000 * s["GNNExplainer"], 1),
-                                 fmt(s["GNNExplainer"] / s["LRP default"], 1),
-                                 fmt(s["GNNExplainer"] / s["LRP explain_nodes (batched)"], 1)
-                                 if "LRP explain_nodes (batched)" in s else "n/a",
-                                 fmt(s["LRP default"] / s["plain fwd+bwd"], 1),
-                                 fmt(s["LRP / Saliency, alternating"], 2) if "LRP / Saliency, alternating" in s else "n/a"])
+                a = s["alternating"]
+                if a is not None:
+                    lrp_s, gnn_s = a["LRP default (signed)"], a["GNNExplainer"]
+                    speedups.append([dataset, kind, fmt(1000 * lrp_s, 2), fmt(1000 * gnn_s, 1), fmt(gnn_s / lrp_s, 1),
+                                     fmt(gnn_s / s["LRP explain_nodes (batched)"], 1)
+                                     if "LRP explain_nodes (batched)" in s else "n/a",
+                                     fmt(lrp_s / a["plain fwd+bwd"], 1), fmt(lrp_s / a["Saliency"], 2)])
     if args.part in ("all", "scaling"):
         log("scaling")
         sections.append("## LRP's scaling with graph size (3-layer GCN, 64 features, one target node)\n\n"
@@ -383,9 +386,11 @@ def main(argv=None) -> None:
         extra += ["## Summary: LRP (default composite, one explanation per `Explainer` call) vs GNNExplainer "
                   "and Saliency", "",
                   "`speed-up`: GNNExplainer's time / LRP's; `LRP / Saliency`: LRP's time over Saliency's, "
-                  "both through the same `Explainer` call, timed alternately call by call "
-                  f"({args.pair_rounds} rounds over the instances; medians), so that both see the same "
-                  "state of the machine (Saliency is one plain forward and backward on the "
+                  "both through the same `Explainer` call. LRP, Saliency, GNNExplainer and the plain forward and "
+                  "backward are timed alternately call by call for this table "
+                  f"({args.pair_rounds} rounds over the instances; medians), so that all see the same "
+                  "state of the machine; the per-model tables below time one method after another "
+                  "(Saliency is one plain forward and backward on the "
                   "full graph; LRP one forward on the targets' subgraph with its check forward, one "
                   "relevance forward and backward there).", "",
                   table(["dataset", "model", "LRP ms/expl.", "GNNExplainer ms/expl.", "speed-up",
