@@ -339,21 +339,12 @@ def test_dynamic_edge_conv_holds_its_knn_graph_constant(monkeypatch):
     assert abs(got.residual) < 1e-9 * abs(got.score)
 
 
-def test_the_backward_runs_unrouted(monkeypatch):
+def test_the_backward_runs_unrouted(routed):
     """The relevance Functions' backward and the accounting use plain torch ops
     on tensors that carry no relevance: ``mode.backward`` runs them past the
     mode (every routed call costs Python time), while every op of the forward
     is routed."""
-    from torch_geometric_lrp.mode import RelevanceMode
-
-    calls = []
-    route = RelevanceMode.__torch_function__
-
-    def counted(self, func, types, args=(), kwargs=None):
-        calls.append(func)
-        return route(self, func, types, args, kwargs)
-
-    monkeypatch.setattr(RelevanceMode, "__torch_function__", counted)
+    calls = routed
     conv = pyg_nn.GCNConv(F_IN, HID).double()
     edge_index = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6]])
     with relevance_pass(conv) as mode:
@@ -368,18 +359,11 @@ def test_the_backward_runs_unrouted(monkeypatch):
 
 
 @pytest.mark.parametrize("subgraph", [False, True])
-def test_nothing_after_the_forward_is_routed(monkeypatch, subgraph):
+def test_nothing_after_the_forward_is_routed(routed, subgraph):
     """After the model's forward, an explanation's torch calls are its own
     bookkeeping (checks, seeds, the backward, the accounting): none of them
     goes through the relevance mode."""
-    from torch_geometric_lrp.mode import RelevanceMode
-
-    calls = []
-    route = RelevanceMode.__torch_function__
-
-    def counted(self, func, types, args=(), kwargs=None):
-        calls.append(func)
-        return route(self, func, types, args, kwargs)
+    calls = routed
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -391,7 +375,6 @@ def test_nothing_after_the_forward_is_routed(monkeypatch, subgraph):
             calls.append("returned")
             return out
 
-    monkeypatch.setattr(RelevanceMode, "__torch_function__", counted)
     torch.manual_seed(0)
     model = Net().double().eval()
     x = weights(20, F_IN, seed=2)

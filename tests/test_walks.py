@@ -324,20 +324,10 @@ def test_the_model_is_left_as_it_was():
     torch.testing.assert_close(model(x, ei), before)
 
 
-def test_the_backward_steps_run_past_the_mode(monkeypatch):
+def test_the_backward_steps_run_past_the_mode(routed):
     """The walk steps and the search work on gradients, which carry no
     relevance: they run past the relevance mode (every routed call costs
     Python time), so no backward is started through it."""
-    from torch_geometric_lrp.mode import RelevanceMode
-
-    routed = []
-    route = RelevanceMode.__torch_function__
-
-    def counted(self, func, types, args=(), kwargs=None):
-        routed.append(func)
-        return route(self, func, types, args, kwargs)
-
-    monkeypatch.setattr(RelevanceMode, "__torch_function__", counted)
     x, ei = graph(7, 0.35, seed=3)
     model = model_of("GCN", seed=3)
     found = lrp.walks(model, x, ei, 0, top_k=3)
