@@ -45,7 +45,6 @@ Writes ``benchmarks/results/cost_parts.md`` (``--out`` to change).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import warnings
@@ -56,6 +55,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import DATASETS, MODELS, RESULTS, fmt, make_instances, make_task, model_config, table, train  # noqa: E402
+from cost import plain_fwd_bwd, seconds_per_call  # noqa: E402
 from torch_geometric.explain import Explainer  # noqa: E402
 from torch_geometric.explain.algorithm import CaptumExplainer  # noqa: E402
 
@@ -93,17 +93,13 @@ def calls_of(trained, inst) -> dict:
             with Pass(model, settings) as p:
                 if stop == "opened":
                     return
-                out = p.forward(x, edge_index, kwargs)
+                p.forward(x, edge_index, kwargs)
                 if stop == "forward":
                     return
                 seed = torch.zeros_like(p.logits)
                 seed[index, klass] = p.logits.detach()[index, klass]
                 p.relevance(seed)
         return run
-
-    def plain_fwd_bwd():
-        xx = x.detach().clone().requires_grad_()
-        model(xx, edge_index, **kwargs)[index, klass].backward()
 
     def plain_fwd():
         with torch.no_grad():
@@ -117,7 +113,7 @@ def calls_of(trained, inst) -> dict:
         "pass": pass_("all"),
         "pass, forward only": pass_("forward"),
         "pass, opened only": pass_("opened"),
-        "plain fwd+bwd": plain_fwd_bwd,
+        "plain fwd+bwd": plain_fwd_bwd(model, inst),
         "plain fwd": plain_fwd,
     }
 
@@ -143,15 +139,10 @@ def torch_calls(model, inst) -> tuple[int, int]:
 
 
 def measure(calls: dict, rounds: int) -> dict:
+    """Median seconds per call of each part, the parts alternating (after one warm-up each)."""
     for fn in calls.values():
         fn()  # warm-up
-    times = {k: [] for k in calls}
-    for _ in range(rounds):
-        for k, fn in calls.items():
-            start = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return dict(zip(calls, seconds_per_call([[fn] for fn in calls.values()], rounds)))
 
 
 def main(argv=None) -> None:
