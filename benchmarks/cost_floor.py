@@ -1,0 +1,240 @@
+r"""How fast can the default composite be at all? A hand-written floor next to LRP and Saliency.
+
+``cost.py``'s bar asks one LRP explanation to take at most 1.3x Saliency's
+time through the same ``Explainer`` call. This script asks whether any
+implementation of the same explanation could meet it on these small graphs.
+It runs three explainers through the same ``Explainer`` call, alternating call
+by call (``cost.seconds_per_call``), on the first instances of
+``faithfulness.py``'s sample:
+
+* ``Saliency``: Captum's Saliency (one plain forward and backward);
+* ``LRP``: ``lrp.LRP()``, the default composite (``Epsilon`` on the first
+  message-passing layer, ``Gamma(1)`` on the middle one, ``Epsilon`` on the
+  last and on the readout);
+* ``floor``: :class:`Floor`, the same composite written by hand for exactly
+  ``common.GNN`` (3 x GCNConv or GINConv, ReLU, mean pooling, Linear): no
+  relevance mode, no accounting, no check; node-level targets on their
+  computation subgraph (``k_hop_subgraph``), as ``LRP`` does. Each linear map runs once with
+  the model's parameters (its value) and, under ``Gamma``, once more with the
+  modified ones (its gradient path), and the gradient trick of Zennit and of
+  the GNN-LRP reference code,
+
+  .. math::  y = z' \odot \mathrm{sg}(z / \mathrm{stab}(z')) + \mathrm{sg}(z - z' \odot \mathrm{sg}(z / \mathrm{stab}(z'))),
+
+  (:math:`\mathrm{sg}` = detach) makes one ordinary backward carry
+  :math:`R / \mathrm{stab}(z')` into every map. Node relevance is
+  :math:`x \odot \nabla_x`; edge relevance is the gradient of a multiplier 1
+  on each input edge's messages, shared by the layers, so it sums over
+  layers as ``LRP``'s ``edge_mask`` does. It is a benchmark reference, not
+  library code: it knows one architecture and checks nothing.
+
+Before timing, the floor's node and edge masks are compared with ``LRP``'s in
+float64 on every timed instance (``max rel. diff``: the largest difference
+over the largest magnitude of ``LRP``'s mask), so both rows time the same
+explanation.
+
+``floor / Saliency`` below 1.3 says the bar is reachable by an implementation
+that does only the rule's arithmetic; ``LRP / floor`` is what the relevance
+mode's generality (any model's forward, op by op, with conservation
+accounting and the checks) costs on top.
+
+Usage::
+
+    python benchmarks/cost_floor.py           # all datasets and models (~2 min)
+    python benchmarks/cost_floor.py --quick   # BA-Shapes and BA-2Motifs
+
+Writes ``benchmarks/results/cost_floor.md`` (``--out`` to change).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from torch_geometric.explain import Explainer, Explanation
+from torch_geometric.explain.algorithm import CaptumExplainer, ExplainerAlgorithm
+from torch_geometric.utils import k_hop_subgraph
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+from common import DATASETS, MODELS, RESULTS, fmt, make_instances, make_task, model_config, table, train  # noqa: E402
+from cost import seconds_per_call  # noqa: E402
+
+import torch_geometric_lrp as lrp  # noqa: E402
+from torch_geometric_lrp.convert import DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_UPPER  # noqa: E402
+from torch_geometric_lrp.rules import Epsilon, Gamma, stabilize  # noqa: E402
+
+METHODS = ("Saliency", "LRP", "floor")
+
+
+def _modified(rule, t: Tensor) -> Tensor:
+    """The rule's parameter: :math:`t + \\gamma t^+` under ``Gamma``, else ``t``."""
+    return t + rule.gamma * t.clamp(min=0) if isinstance(rule, Gamma) else t
+
+
+def _ruled(rule, x: Tensor, run) -> Tensor:
+    """``run(x, modify)`` (a linear map of ``x`` with the parameters passed
+    through ``modify``) with the value of the plain map and the gradient of
+    ``rule``: :math:`R / \\mathrm{stab}(z')` into the map whose outputs are
+    :math:`z'`, where the gradient arriving at the output is :math:`R / z`."""
+    if isinstance(rule, Gamma):
+        with torch.no_grad():
+            z = run(x, lambda t: t)
+        z_mod = run(x, lambda t: _modified(rule, t))
+    elif isinstance(rule, Epsilon):
+        z = z_mod = run(x, lambda t: t)
+    else:
+        raise TypeError(f"Floor knows Epsilon and Gamma, not {rule!r}")
+    with torch.no_grad():
+        scale = (z / stabilize(z_mod.detach(), rule.epsilon)).masked_fill_(z_mod == 0, 0)
+    y = z_mod * scale
+    return y + (z - y).detach()
+
+
+class Floor(ExplainerAlgorithm):
+    """The default composite on ``common.GNN``, by hand (see the module docstring)."""
+
+    def forward(self, model, x, edge_index, *, target, index=None, batch=None, **kwargs) -> Explanation:
+        if model.graph_level:
+            return self.explain(model, x, edge_index, int(target[0]), 0, batch)
+        # a node's computation subgraph (its 3-hop in-neighbourhood), masks put back in place
+        nodes, sub_edge_index, mapping, kept = k_hop_subgraph(int(index), len(model.convs), edge_index,
+                                                              relabel_nodes=True, num_nodes=x.shape[0])
+        degree = None
+        if model.kind == "GCN":  # GCN normalises by degrees in the whole graph (with self-loops)
+            degree = torch.ones(x.shape[0], dtype=x.dtype).index_add_(
+                0, edge_index[1], torch.ones(edge_index.shape[1], dtype=x.dtype))[nodes]
+        sub = self.explain(model, x[nodes], sub_edge_index, int(target[index]), int(mapping[0]), None, degree)
+        node_mask = torch.zeros_like(x)
+        node_mask[nodes] = sub.node_mask
+        edge_mask = torch.zeros(edge_index.shape[1], dtype=x.dtype)
+        edge_mask[kept] = sub.edge_mask
+        return Explanation(node_mask=node_mask, edge_mask=edge_mask)
+
+    def explain(self, model, x, edge_index, klass: int, row: int, batch, degree=None) -> Explanation:
+        x = x.detach().requires_grad_()
+        edge = torch.ones(edge_index.shape[1], dtype=x.dtype, requires_grad=True)
+        src, dst = edge_index
+        n = x.shape[0]
+        if model.kind == "GCN":
+            # GCN's normalisation a_ij = (d_i d_j)^(-1/2) with self-loops (appended),
+            # frozen, from the degrees of the whole graph; the input edges' messages
+            # are scaled by `edge`, the self-loops' by 1
+            if degree is None:
+                degree = torch.ones(n, dtype=x.dtype).index_add_(0, dst, torch.ones_like(edge))
+            loops = torch.arange(n)
+            src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
+            norm = degree.rsqrt()[src] * degree.rsqrt()[dst]
+            ones = torch.ones(n, dtype=x.dtype)
+        rules = (DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_UPPER)
+        h = x
+        for conv, rule in zip(model.convs, rules):
+            if model.kind == "GCN":
+                def gcn(h, modify, conv=conv):
+                    msg = (h @ modify(conv.lin.weight).T)[src] * (norm * torch.cat([edge, ones])).unsqueeze(-1)
+                    return torch.zeros(n, msg.shape[1], dtype=msg.dtype).index_add_(0, dst, msg) + \
+                        modify(conv.bias)
+                h = torch.relu(_ruled(rule, h, gcn))
+            else:
+                lin1, lin2 = conv.nn[0], conv.nn[2]
+
+                def gin(h, modify, lin1=lin1, eps=float(conv.eps)):
+                    agg = torch.zeros_like(h).index_add_(0, dst, h[src] * edge.unsqueeze(-1)) + (1 + eps) * h
+                    return agg @ modify(lin1.weight).T + modify(lin1.bias)
+                h = torch.relu(_ruled(rule, h, gin))
+                h = torch.relu(_ruled(rule, h, lambda h, modify, lin=lin2: h @ modify(lin.weight).T +
+                                      modify(lin.bias)))
+        head = model.head
+        if model.graph_level:
+            b = torch.zeros(n, dtype=torch.long) if batch is None else batch
+            count = torch.bincount(b).clamp(min=1).to(x.dtype).unsqueeze(-1)
+            out = _ruled(DEFAULT_UPPER, h, lambda h, modify: (torch.zeros(int(b.max()) + 1, h.shape[1], dtype=h.dtype)
+                                                              .index_add_(0, b, h) / count) @ modify(head.weight).T +
+                         modify(head.bias))
+        else:
+            out = _ruled(DEFAULT_UPPER, h, lambda h, modify: h @ modify(head.weight).T + modify(head.bias))
+        grad_x, grad_edge = torch.autograd.grad(out[row, klass], (x, edge))
+        return Explanation(node_mask=(x * grad_x).detach(), edge_mask=grad_edge)
+
+    def supports(self) -> bool:
+        return True
+
+
+def explainers(model, task) -> dict:
+    cfg = model_config(task)
+
+    def make(algorithm):
+        return Explainer(model, algorithm=algorithm, explanation_type="phenomenon",
+                         node_mask_type="attributes", edge_mask_type="object", model_config=cfg)
+
+    return {"Saliency": make(CaptumExplainer("Saliency")), "LRP": make(lrp.LRP()), "floor": make(Floor())}
+
+
+def call(explainer, inst):
+    return lambda: explainer(inst.x, inst.edge_index, target=inst.target, index=inst.index, **inst.kwargs)
+
+
+def agreement(trained, instances) -> float:
+    """Largest relative difference of the floor's masks from ``LRP``'s, in float64."""
+    model = trained.model.double()
+    try:
+        found = explainers(model, trained.task)
+        worst = 0.0
+        for inst in instances:
+            inst64 = common.Instance(**{**vars(inst), "x": inst.x.double()})
+            a, b = call(found["LRP"], inst64)(), call(found["floor"], inst64)()
+            for key in ("node_mask", "edge_mask"):
+                ref = a[key]
+                worst = max(worst, float((ref - b[key]).abs().max() / ref.abs().max().clamp(min=1e-300)))
+        return worst
+    finally:
+        trained.model.float()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="BA-Shapes and BA-2Motifs only")
+    parser.add_argument("--instances", type=int, default=10, help="explanations timed per model")
+    parser.add_argument("--rounds", type=int, default=20, help="alternating rounds over the instances")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS / "cost_floor.md")
+    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    datasets = ("BA-Shapes", "BA-2Motifs") if args.quick else DATASETS
+    torch.set_num_threads(args.threads)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    started = time.perf_counter()
+    lines = []
+    for dataset in datasets:
+        task = make_task(dataset, args.seed)
+        for kind in MODELS:
+            trained = train(task, kind, seed=args.seed, quick=True)
+            instances = make_instances(trained, args.instances, seed=args.seed)
+            diff = agreement(trained, instances)
+            found = explainers(trained.model, task)
+            groups = [[call(found[m], inst) for inst in instances] for m in METHODS]
+            for calls in groups:
+                calls[0]()  # warm-up
+            t = dict(zip(METHODS, seconds_per_call(groups, args.rounds)))
+            lines.append([dataset, kind, *(fmt(1000 * t[m], 2) for m in METHODS), fmt(t["LRP"] / t["Saliency"], 2),
+                          fmt(t["floor"] / t["Saliency"], 2), fmt(t["LRP"] / t["floor"], 2), f"{diff:.1e}"])
+            print(" | ".join(lines[-1]), flush=True)
+    doc = common.header("Cost: a hand-written floor for the default composite", argv, args.seed,
+                        [f"- {args.instances} instances per model, {args.rounds} alternating rounds; runtime "
+                         f"{(time.perf_counter() - started) / 60:.1f} min", "",
+                         "What is measured: see the docstring of `benchmarks/cost_floor.py`. Milliseconds per "
+                         "explanation through the same `Explainer` call (medians).", ""])
+    doc += "\n" + table(["dataset", "model", *(f"{m} ms" for m in METHODS), "LRP / Saliency", "floor / Saliency",
+                         "LRP / floor", "max rel. diff (float64)"], lines) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(doc)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
