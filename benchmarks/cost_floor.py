@@ -72,7 +72,9 @@ METHODS = ("Saliency", "LRP", "floor")
 
 
 def _modified(rule, t: Tensor) -> Tensor:
-    """The rule's parameter: :math:`t + \\gamma t^+` under ``Gamma``, else ``t``."""
+    """The rule's parameter: :math:`t + \\gamma t^+` under ``Gamma``, else ``t``
+    (written out, not taken from the rule, so that ``tests/test_floor_twin.py``
+    compares two independent implementations)."""
     return t + rule.gamma * t.clamp(min=0) if isinstance(rule, Gamma) else t
 
 
