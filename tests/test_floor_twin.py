@@ -43,12 +43,12 @@ def explainer(model, algorithm, level: str) -> Explainer:
                      model_config=dict(mode="multiclass_classification", task_level=level, return_type="raw"))
 
 
-def both(model, level, x, edge_index, index, **kwargs):
+def both(model, level, x, edge_index, index, lrp_algorithm=None, **kwargs):
+    """The explanations of ``lrp_algorithm`` (default ``lrp.LRP()``) and of the floor."""
     with torch.no_grad():
         target = model(x, edge_index, **kwargs).argmax(-1)
-    found = [explainer(model, algorithm, level)(x, edge_index, target=target, index=index, **kwargs)
-             for algorithm in (lrp.LRP(), cost_floor.Floor())]
-    return found
+    return [explainer(model, algorithm, level)(x, edge_index, target=target, index=index, **kwargs)
+            for algorithm in (lrp_algorithm or lrp.LRP(), cost_floor.Floor())]
 
 
 def assert_same(a, b):
@@ -84,9 +84,6 @@ def test_the_floor_would_see_a_wrong_composite():
     torch.manual_seed(0)
     model = GNN("GCN", 5, 3, hidden=8).double().eval()
     x, edge_index = graph(2, 40, 90)
-    with torch.no_grad():
-        target = model(x, edge_index).argmax(-1)
-    eps = explainer(model, lrp.LRP(rules=lrp.rules.Epsilon(1e-6)), "node")(x, edge_index, target=target, index=3)
-    floor = explainer(model, cost_floor.Floor(), "node")(x, edge_index, target=target, index=3)
+    eps, floor = both(model, "node", x, edge_index, 3, lrp_algorithm=lrp.LRP(rules=lrp.rules.Epsilon(1e-6)))
     with pytest.raises(AssertionError):
         assert_same(eps, floor)
