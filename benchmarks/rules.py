@@ -9,7 +9,7 @@ explanation is scored against the ground truth:
 
 * **LRP, one rule everywhere** (a bare ``Rule``: it governs every linear map
   of the model, messages and aggregation included): ``Epsilon(1e-6)``,
-  ``Gamma(0.25)``, ``AlphaBeta(2, 1)``, ``ZPlus()``, ``Flat()``.
+  ``Gamma(0.25)``, ``Gamma(1)``, ``AlphaBeta(2, 1)``, ``ZPlus()``, ``Flat()``.
 * **LRP, candidate default composites** (by qualified layer name; a conv's
   rule also covers its children, e.g. the MLP of a ``GINConv``; the head and
   any pooling get ``Epsilon(1e-6)``):
@@ -23,7 +23,9 @@ explanation is scored against the ground truth:
     ``Epsilon``: the input layer sign-aware (Gamma is meant for non-negative
     inputs; the first layer often sees signed features);
   - ``z+ input, gamma (1, 0)``: ``ZPlus()``, ``Gamma(1)``, ``Epsilon``: the
-    input layer sign-aware through positive *contributions*.
+    input layer sign-aware through positive *contributions*;
+  - ``eps input, gamma (1, 1)`` and ``z+ input, gamma (1, 1)``: the same
+    input rules with ``Gamma(1)`` on the last conv as well.
 
   LRP runs through the low-level API: ``relevance_pass(model, rules=...)``
   on the full graph, seeded with the logit of the predicted class, and
@@ -110,6 +112,9 @@ LRP_CONFIGS: dict[str, object] = {
     "LRP γ by depth (3, 1, 0)": composite(Gamma(3.0), Gamma(1.0), Gamma(0.0)),
     "LRP ε input, γ (1, 0)": composite(EPS, Gamma(1.0), EPS),
     "LRP z+ input, γ (1, 0)": composite(ZPlus(), Gamma(1.0), EPS),
+    "LRP ε input, γ (1, 1)": composite(EPS, Gamma(1.0), Gamma(1.0)),
+    "LRP z+ input, γ (1, 1)": composite(ZPlus(), Gamma(1.0), Gamma(1.0)),
+    "LRP γ (1) everywhere": Gamma(1.0),
 }
 COMPOSITES = [n for n, r in LRP_CONFIGS.items() if isinstance(r, dict)]
 

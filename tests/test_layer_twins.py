@@ -51,6 +51,7 @@ RULES = {
     "epsilon": T.Epsilon(1e-3),
     "gamma": T.Gamma(0.25, 1e-9),
     "alphabeta": T.AlphaBeta(2.0, 1.0, 1e-9),
+    "zplus": T.AlphaBeta(1.0, 0.0, 1e-9),  # the library's ZPlus: two streams, not four
 }
 EXACT_RULES = {  # epsilon = 0, for conservation
     "epsilon": T.Epsilon(0.0),
@@ -194,6 +195,8 @@ def lrp_rule(rule):
         return rules.Epsilon(rule.epsilon)
     if isinstance(rule, T.Gamma):
         return rules.Gamma(rule.gamma, epsilon=rule.epsilon)
+    if (rule.alpha, rule.beta) == (1.0, 0.0):
+        return rules.ZPlus(epsilon=rule.epsilon)
     return rules.AlphaBeta(rule.alpha, rule.beta, epsilon=rule.epsilon)
 
 

@@ -310,6 +310,17 @@ class ZPlus(AlphaBeta):
     def __init__(self, epsilon: float = 1e-6):
         super().__init__(alpha=1.0, beta=0.0, epsilon=epsilon)
 
+    def streams(self):
+        # With beta = 0 the negative contributions get no relevance, and an
+        # output without positive ones loses its relevance whatever z^- is:
+        # the two z^- streams of AlphaBeta are not needed.
+        return AlphaBeta.streams(self)[:2]
+
+    def gradients(self, relevance, outputs):
+        zp = outputs[0] + outputs[1]  # >= 0
+        s, dropped = divide(relevance, zp, self.epsilon)
+        return [s, s], dropped
+
     def __repr__(self) -> str:
         return f"ZPlus(epsilon={self.epsilon})"
 
