@@ -77,7 +77,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from common import (  # noqa: E402
-    DATASETS, MODELS, NUM_LAYERS, RESULTS, auroc, explain, fmt, make_instances, make_methods, make_task,
+    DATASETS, MODELS, NUM_LAYERS, RESULTS, auroc, explain, fmt, make_instances, make_methods, make_task, nanmean,
     masks_of, table, train,
 )
 
