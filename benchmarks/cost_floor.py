@@ -66,31 +66,50 @@ from cost import seconds_per_call  # noqa: E402
 
 import torch_geometric_lrp as lrp  # noqa: E402
 from torch_geometric_lrp.convert import DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_UPPER  # noqa: E402
-from torch_geometric_lrp.rules import Epsilon, Gamma, stabilize  # noqa: E402
+from torch_geometric_lrp.rules import Epsilon, Gamma, ZPlus, stabilize  # noqa: E402
 
 METHODS = ("Saliency", "LRP", "floor")
 
 
-def _modified(rule, t: Tensor) -> Tensor:
-    """The rule's parameter: :math:`t + \\gamma t^+` under ``Gamma``, else ``t``
-    (written out, not taken from the rule, so that ``tests/test_floor_twin.py``
-    compares two independent implementations)."""
-    return t + rule.gamma * t.clamp(min=0) if isinstance(rule, Gamma) else t
+def _same(t: Tensor) -> Tensor:
+    return t
+
+
+def _streams(rule) -> list:
+    r"""The rule's streams as ``(input, weight, bias)`` modifiers, written out
+    (not taken from the rule, so that ``tests/test_floor_twin.py`` compares two
+    independent implementations): ``Gamma``: :math:`(x, W + \gamma W^+, b +
+    \gamma b^+)`; ``ZPlus``: :math:`(x^+, W^+, b^+)` and :math:`(x^-, W^-, 0)`,
+    whose outputs add up to :math:`z^+`."""
+    if isinstance(rule, Gamma):
+        def gamma(t):
+            return t + rule.gamma * t.clamp(min=0)
+        return [(_same, gamma, gamma)]
+    if isinstance(rule, ZPlus):
+        def pos(t):
+            return t.clamp(min=0)
+
+        def neg(t):
+            return t.clamp(max=0)
+        return [(pos, pos, pos), (neg, neg, torch.zeros_like)]
+    if isinstance(rule, Epsilon):
+        return []  # the map itself
+    raise TypeError(f"Floor knows Epsilon, Gamma and ZPlus, not {rule!r}")
 
 
 def _ruled(rule, x: Tensor, run) -> Tensor:
-    """``run(x, modify)`` (a linear map of ``x`` with the parameters passed
-    through ``modify``) with the value of the plain map and the gradient of
-    ``rule``: :math:`R / \\mathrm{stab}(z')` into the map whose outputs are
-    :math:`z'`, where the gradient arriving at the output is :math:`R / z`."""
-    if isinstance(rule, Gamma):
-        with torch.no_grad():
-            z = run(x, lambda t: t)
-        z_mod = run(x, lambda t: _modified(rule, t))
-    elif isinstance(rule, Epsilon):
-        z = z_mod = run(x, lambda t: t)
+    r"""``run(x, weight, bias)`` (a linear map of ``x`` with its weights passed
+    through ``weight`` and its biases through ``bias``) with the value of the
+    plain map and the gradient of ``rule``: :math:`R / \mathrm{stab}(z')`
+    into the streams whose outputs add up to :math:`z'`, where the gradient
+    arriving at the output is :math:`R / z`."""
+    streams = _streams(rule)
+    if not streams:
+        z = z_mod = run(x, _same, _same)
     else:
-        raise TypeError(f"Floor knows Epsilon and Gamma, not {rule!r}")
+        with torch.no_grad():
+            z = run(x, _same, _same)
+        z_mod = sum(run(inp(x), weight, bias) for inp, weight, bias in streams)
     with torch.no_grad():
         scale = (z / stabilize(z_mod.detach(), rule.epsilon)).masked_fill_(z_mod == 0, 0)
     y = z_mod * scale
@@ -132,33 +151,34 @@ class Floor(ExplainerAlgorithm):
             src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
             norm = degree.rsqrt()[src] * degree.rsqrt()[dst]
             ones = torch.ones(n, dtype=x.dtype)
-        rules = (DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_UPPER)
+        rules = (DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_LOWER)
         h = x
         for conv, rule in zip(model.convs, rules):
             if model.kind == "GCN":
-                def gcn(h, modify, conv=conv):
-                    msg = (h @ modify(conv.lin.weight).T)[src] * (norm * torch.cat([edge, ones])).unsqueeze(-1)
+                def gcn(h, weight, bias, conv=conv):
+                    msg = (h @ weight(conv.lin.weight).T)[src] * (norm * torch.cat([edge, ones])).unsqueeze(-1)
                     return torch.zeros(n, msg.shape[1], dtype=msg.dtype).index_add_(0, dst, msg) + \
-                        modify(conv.bias)
+                        bias(conv.bias)
                 h = torch.relu(_ruled(rule, h, gcn))
             else:
                 lin1, lin2 = conv.nn[0], conv.nn[2]
 
-                def gin(h, modify, lin1=lin1, eps=float(conv.eps)):
+                def gin(h, weight, bias, lin1=lin1, eps=float(conv.eps)):
                     agg = torch.zeros_like(h).index_add_(0, dst, h[src] * edge.unsqueeze(-1)) + (1 + eps) * h
-                    return agg @ modify(lin1.weight).T + modify(lin1.bias)
+                    return agg @ weight(lin1.weight).T + bias(lin1.bias)
                 h = torch.relu(_ruled(rule, h, gin))
-                h = torch.relu(_ruled(rule, h, lambda h, modify, lin=lin2: h @ modify(lin.weight).T +
-                                      modify(lin.bias)))
+                h = torch.relu(_ruled(rule, h, lambda h, weight, bias, lin=lin2: h @ weight(lin.weight).T +
+                                      bias(lin.bias)))
         head = model.head
         if model.graph_level:
             b = torch.zeros(n, dtype=torch.long) if batch is None else batch
             count = torch.bincount(b).clamp(min=1).to(x.dtype).unsqueeze(-1)
-            out = _ruled(DEFAULT_UPPER, h, lambda h, modify: (torch.zeros(int(b.max()) + 1, h.shape[1], dtype=h.dtype)
-                                                              .index_add_(0, b, h) / count) @ modify(head.weight).T +
-                         modify(head.bias))
+            out = _ruled(DEFAULT_UPPER, h, lambda h, weight, bias: (torch.zeros(int(b.max()) + 1, h.shape[1],
+                                                                                dtype=h.dtype)
+                                                                    .index_add_(0, b, h) / count) @ weight(head.weight).T +
+                         bias(head.bias))
         else:
-            out = _ruled(DEFAULT_UPPER, h, lambda h, modify: h @ modify(head.weight).T + modify(head.bias))
+            out = _ruled(DEFAULT_UPPER, h, lambda h, weight, bias: h @ weight(head.weight).T + bias(head.bias))
         grad_x, grad_edge = torch.autograd.grad(out[row, klass], (x, edge))
         return Explanation(node_mask=(x * grad_x).detach(), edge_mask=grad_edge)
 

@@ -259,9 +259,12 @@ def test_op_without_rule_is_reported_by_name():
 def test_default_composite_and_overrides():
     model, _ = node_model(GCN3, True)
     resolved = resolve_rules(model)
-    assert resolved["conv1"] == DEFAULT_INPUT and resolved["conv1.lin"] == DEFAULT_INPUT
-    assert resolved["conv2"] == DEFAULT_LOWER and resolved["conv2.lin"] == DEFAULT_LOWER
-    assert resolved["conv3"] == DEFAULT_UPPER and resolved["conv3.lin"] == DEFAULT_UPPER
+    # the input layer: positive contributions; every message-passing layer after it: Gamma(1);
+    # the rest (here the model itself): Epsilon
+    assert resolved["conv1"] == DEFAULT_INPUT == R.ZPlus() and resolved["conv1.lin"] == DEFAULT_INPUT
+    assert resolved["conv2"] == DEFAULT_LOWER == R.Gamma(1.0) and resolved["conv2.lin"] == DEFAULT_LOWER
+    assert resolved["conv3"] == DEFAULT_LOWER and resolved["conv3.lin"] == DEFAULT_LOWER
+    assert resolved[""] == DEFAULT_UPPER == R.Epsilon(1e-6)
     custom = resolve_rules(model, {GCNConv: R.ZPlus(), "conv3*": R.Epsilon(0.5)})
     assert custom["conv1.lin"] == R.ZPlus()
     assert custom["conv3.lin"] == R.Epsilon(0.5)

@@ -56,10 +56,11 @@ def test_mask_views(name, view, node_mask_type):
     level = model.level
     x, edge_index, kwargs = inputs(level)
     index = INDEX[level]["tensor"]
-    signed = lrp_explainer(model, "multiclass_classification", "raw", level, node_mask_type=node_mask_type)(
-        x, edge_index, index=index, **kwargs)
+    rules = lrp.rules.Epsilon()  # signed contributions everywhere: both signs reach the masks
+    signed = lrp_explainer(model, "multiclass_classification", "raw", level, node_mask_type=node_mask_type,
+                           rules=rules)(x, edge_index, index=index, **kwargs)
     shown = lrp_explainer(model, "multiclass_classification", "raw", level, node_mask_type=node_mask_type,
-                          mask=view)(x, edge_index, index=index, **kwargs)
+                          mask=view, rules=rules)(x, edge_index, index=index, **kwargs)
     fn = torch.abs if view == "abs" else (lambda t: t.clamp(min=0))
     assert (signed.edge_mask < 0).any(), "no negative relevance: the test is vacuous"
     if node_mask_type == "attributes":
