@@ -270,6 +270,36 @@ def test_default_composite_and_overrides():
     assert custom["conv3.lin"] == R.Epsilon(0.5)
 
 
+def test_every_edge_type_of_the_input_layer_gets_the_input_rule():
+    """In a heterogeneous model the input layer is one layer per edge type
+    (``to_hetero``'s and ``HeteroConv``'s ``ModuleDict``): all of them read
+    the input features, so all get the input rule, not only the first."""
+    from torch_geometric.nn import HeteroConv, SAGEConv, to_hetero
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = SAGEConv((-1, -1), 8)
+            self.conv2 = SAGEConv((-1, -1), 4)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    types = [("author", "writes", "paper"), ("paper", "rev_writes", "author"), ("paper", "cites", "paper")]
+    hetero = resolve_rules(to_hetero(Two(), (["author", "paper"], types), aggr="sum"))
+    for t in types:
+        key = "__".join(t)
+        assert hetero[f"conv1.{key}"] == R.ZPlus() and hetero[f"conv1.{key}.lin_l"] == R.ZPlus()
+        assert hetero[f"conv2.{key}"] == R.Gamma(1.0)
+
+    stacked = torch.nn.ModuleList([HeteroConv({t: SAGEConv((-1, -1), 8) for t in types}) for _ in range(2)])
+    found = resolve_rules(stacked)
+    first = [n for n in found if n.startswith("0.convs.") and n.count(".") == 2]
+    later = [n for n in found if n.startswith("1.convs.") and n.count(".") == 2]
+    assert len(first) == len(later) == 3
+    assert all(found[n] == R.ZPlus() for n in first) and all(found[n] == R.Gamma(1.0) for n in later)
+
+
 def test_composite_rule_is_the_one_used():
     # a single linear layer: Flat gives every input feature the same share
     model = torch.nn.Sequential(torch.nn.Linear(4, 1, bias=False))

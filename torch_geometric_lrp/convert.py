@@ -152,6 +152,18 @@ def type_rules(rules) -> tuple:
     return tuple((k, v) for k, v in composite(rules).items() if isinstance(k, type))
 
 
+def _input_layers(named: list, message_passing: list) -> set:
+    """The message-passing layers that read the model's input: the first one
+    and, where it is one of a ``ModuleDict`` of layers per edge type (as
+    ``to_hetero`` and ``HeteroConv`` make them), its siblings."""
+    if not message_passing:
+        return set()
+    parent = message_passing[0].rpartition(".")[0]
+    if isinstance(dict(named).get(parent), torch.nn.ModuleDict):
+        return {n for n in message_passing if n.rpartition(".")[0] == parent}
+    return {message_passing[0]}
+
+
 def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = None) -> dict[str, Rule]:
     """The rule of every module of ``model``, by qualified name.
 
@@ -160,7 +172,8 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     qualified name (or a glob pattern of it, e.g. ``"convs.0*"``); an entry
     whose key is a type it is an instance of; the rule of its parent; the
     default composite (:data:`DEFAULT_INPUT` for the first message-passing
-    layer, :data:`DEFAULT_LOWER` for the message-passing layers after it,
+    layer, and for its siblings of other edge types in a heterogeneous model;
+    :data:`DEFAULT_LOWER` for the message-passing layers after it;
     :data:`DEFAULT_UPPER` elsewhere).
     """
     rules = composite(rules)
@@ -169,7 +182,7 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
 
     named = list(model.named_modules()) if named is None else named
     message_passing = [n for n, m in named if isinstance(m, MessagePassing)]
-    first_mp = message_passing[0] if message_passing else None
+    input_layers = _input_layers(named, message_passing)
     resolved: dict[str, Rule] = {}
     inherited: set[str] = set()  # modules whose children take over their rule
     for name, module in named:
@@ -182,7 +195,7 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
         if rule is None and parent in inherited:
             rule = resolved[parent]
         if rule is None and isinstance(module, MessagePassing):
-            rule = DEFAULT_INPUT if name == first_mp else DEFAULT_LOWER
+            rule = DEFAULT_INPUT if name in input_layers else DEFAULT_LOWER
         if rule is None:
             resolved[name] = DEFAULT_UPPER  # not passed on: children resolve on their own
             continue
