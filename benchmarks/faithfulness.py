@@ -9,8 +9,8 @@ linear head) and each training seed in ``--seeds``, a model is trained and the
 * **LRP** through PyG's ``Explainer`` (``lrp.LRP``):
 
   - ``LRP default``: ``lrp.LRP()`` with no rules, i.e. the default composite
-    (``Epsilon`` on the first message-passing layer, ``Gamma(1)`` on the
-    layers between, ``Epsilon`` on the last one and the head), in the
+    (``ZPlus`` on the first message-passing layer, ``Gamma(1)`` on the
+    layers after it, ``Epsilon`` on the head), in the
     magnitude view (``mask='abs'``) and in the signed view (``'signed'``,
     the library's default view);
   - every rule as a bare rule on every layer, magnitude view
@@ -459,10 +459,10 @@ def why_section(res: Results, learned: list, not_learned: list) -> str:
         eps_ok = [i for i in grads if gap_ok(i["eps"] - i["b"])]
         reasons.append(f"* **A plain gradient** (Saliency or InputXGradient) is the better explainer in {len(grads)} "
                        f"of these {n} cases ({where}). On these ReLU models `Epsilon` on every layer is gradient x "
-                       "input, so the default differs from `InputXGradient` only by `Gamma(1)` on the middle "
-                       "layer, which favours positive contributions."
+                       "input, so the default differs from `InputXGradient` only by its rules: `ZPlus` on the "
+                       "input layer and `Gamma(1)` on the layers after it, which favour positive contributions."
                        + (f" In {len(eps_ok)} of these cases the `Epsilon(1e-6)` row is within 0.01 of the better "
-                          "explainer: there it is the middle-layer rule that moves relevance away from the ground "
+                          "explainer: there it is these rules that move relevance away from the ground "
                           "truth." if eps_ok else "")
                        + (f" In {len(grads) - len(eps_ok)} the `Epsilon(1e-6)` row is more than 0.01 below as well: "
                           "there Saliency's plain |gradient|, without the multiplication by the input, ranks "
