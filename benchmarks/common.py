@@ -248,10 +248,15 @@ class GNN(torch.nn.Module):
 
     ``pool``: the readout of graph models, ``"mean"`` (``global_mean_pool``,
     every benchmark's model) or ``"add"`` (``global_add_pool``, the sum
-    readout of sGNN-LRP's GIN; ``walks.py --readout add``)."""
+    readout of sGNN-LRP's GIN; ``walks.py --readout add``).
+
+    ``head=False``: the layout of PyG's ``BasicGNN`` models (``GCN``,
+    ``GIN``): the last conv outputs the class scores, with no ReLU after it
+    and no ``Linear`` head (graph models pool those scores);
+    ``rules.py --no-head``."""
 
     def __init__(self, kind: str, in_channels: int, out_channels: int, hidden: int = HIDDEN,
-                 num_layers: int = NUM_LAYERS, graph_level: bool = False, pool: str = "mean"):
+                 num_layers: int = NUM_LAYERS, graph_level: bool = False, pool: str = "mean", head: bool = True):
         super().__init__()
         if pool not in ("mean", "add"):
             raise ValueError(f"pool: 'mean' or 'add', got {pool!r}")
@@ -259,23 +264,26 @@ class GNN(torch.nn.Module):
         self.convs = ModuleList()
         for layer in range(num_layers):
             c_in = in_channels if layer == 0 else hidden
+            c_out = hidden if head or layer < num_layers - 1 else out_channels
             if kind == "GCN":
-                self.convs.append(GCNConv(c_in, hidden))
+                self.convs.append(GCNConv(c_in, c_out))
             elif kind == "GIN":
-                self.convs.append(GINConv(Sequential(Linear(c_in, hidden), ReLU(), Linear(hidden, hidden))))
+                self.convs.append(GINConv(Sequential(Linear(c_in, hidden), ReLU(), Linear(hidden, c_out))))
             else:
                 raise ValueError(kind)
-        self.acts = ModuleList([ReLU() for _ in range(num_layers)])
-        self.head = Linear(hidden, out_channels)
+        self.acts = ModuleList([ReLU() for _ in range(num_layers if head else num_layers - 1)])
+        self.head = Linear(hidden, out_channels) if head else None
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Optional[Tensor] = None) -> Tensor:
-        for conv, act in zip(self.convs, self.acts):
-            x = act(conv(x, edge_index))
+        for i, conv in enumerate(self.convs):
+            x = conv(x, edge_index)
+            if i < len(self.acts):
+                x = self.acts[i](x)
         if self.graph_level:
             if batch is None:
                 batch = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
             x = (global_mean_pool if self.pool == "mean" else global_add_pool)(x, batch)
-        return self.head(x)
+        return x if self.head is None else self.head(x)
 
 
 @dataclass
@@ -288,9 +296,10 @@ class Trained:
     seconds: float
 
 
-def train(task: Task, kind: str, seed: int = 0, quick: bool = False, pool: str = "mean") -> Trained:
+def train(task: Task, kind: str, seed: int = 0, quick: bool = False, pool: str = "mean",
+          head: bool = True) -> Trained:
     set_seed(seed)
-    model = GNN(kind, task.num_features, task.num_classes, graph_level=task.level == "graph", pool=pool)
+    model = GNN(kind, task.num_features, task.num_classes, graph_level=task.level == "graph", pool=pool, head=head)
     opt = torch.optim.Adam(model.parameters(), lr=0.003, weight_decay=5e-4)
     start = time.perf_counter()
     if task.level == "node":

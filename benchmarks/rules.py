@@ -60,8 +60,15 @@ Usage::
 
     python benchmarks/rules.py                                  # full run
     python benchmarks/rules.py --seeds 0 --instances 5 --datasets BA-Shapes   # smoke run
+    python benchmarks/rules.py --no-head   # the last conv outputs the class scores (PyG's BasicGNN layout)
 
-Writes ``benchmarks/results/rules.md`` (``--out``), rewritten after every
+With ``--no-head`` the models have the layout of PyG's ``BasicGNN`` models:
+the last conv outputs the class scores (no ReLU after it, no ``Linear``
+head), so the rule of the last conv is the rule of the logits; this checks
+that the default composite, chosen on models with a head, holds there.
+
+Writes ``benchmarks/results/rules.md`` (``--no-head``:
+``benchmarks/results/rules_no_head.md``; ``--out``), rewritten after every
 trained model, so a partial run leaves the finished models in it.
 """
 from __future__ import annotations
@@ -179,8 +186,9 @@ class Results:
         return nanmean(table_[key].get(method, []))
 
 
-def run_model(res: Results, dataset: str, kind: str, seed: int, task, n_instances: int, data_seed: int, log) -> None:
-    trained = train(task, kind, seed=seed)
+def run_model(res: Results, dataset: str, kind: str, seed: int, task, n_instances: int, data_seed: int, log,
+              head: bool = True) -> None:
+    trained = train(task, kind, seed=seed, head=head)
     res.acc[(dataset, kind)].append((seed, trained.train_acc, trained.test_acc))
     log(f"{dataset} / {kind} / seed {seed}: train acc {trained.train_acc:.3f}, test acc {trained.test_acc:.3f} "
         f"({trained.seconds:.1f} s)")
@@ -348,6 +356,8 @@ def render(res: Results, args, argv, runtime: float, done: bool) -> str:
 
     extra = [f"- training seeds: {' '.join(map(str, args.seeds))}; instances per model: {args.instances}; "
              f"datasets: {', '.join(args.datasets)}; models: {', '.join(args.models)}",
+             "- layout: " + ("the last conv outputs the class scores (PyG's `BasicGNN` layout: no ReLU after it, "
+                             "no `Linear` head)" if args.no_head else "3 x (conv -> ReLU), then a `Linear` head"),
              f"- runtime: {runtime / 60:.1f} min{'' if done else ' so far (PARTIAL: run still in progress or stopped)'}",
              "", "Method and metrics: see the docstring of `benchmarks/rules.py`. Cells: mean over training seeds "
              "± standard deviation over seeds of the per-seed mean AUROC (magnitude view). Every row explains the "
@@ -389,8 +399,13 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the datasets and the instance sample")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "rules.md")
+    parser.add_argument("--no-head", action="store_true",
+                        help="PyG's BasicGNN layout: the last conv outputs the class scores (no ReLU, no Linear head)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default results/rules.md (--no-head: results/rules_no_head.md)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = RESULTS / ("rules_no_head.md" if args.no_head else "rules.md")
     argv = sys.argv[1:] if argv is None else argv
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", category=UserWarning)
@@ -402,7 +417,7 @@ def main(argv=None) -> None:
         task = make_task(dataset, args.data_seed)
         for kind in args.models:
             for seed in args.seeds:
-                run_model(res, dataset, kind, seed, task, args.instances, args.data_seed, log)
+                run_model(res, dataset, kind, seed, task, args.instances, args.data_seed, log, head=not args.no_head)
                 args.out.write_text(render(res, args, argv, time.perf_counter() - t0, done=False))
     runtime = time.perf_counter() - t0
     doc = render(res, args, argv, runtime, done=True)
