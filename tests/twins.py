@@ -23,8 +23,12 @@ its messages:
 A *rule* turns one map into ``K`` streams (:func:`streams`): stream ``k``
 runs the same map (same frozen gates) on a modified input ``x_k = in_k(x)``
 with every weight ``W`` replaced by ``w_k(W)`` and every bias ``b`` by
-``b_k(b)``. :func:`stream_gradients` maps the output relevance ``R`` to one
-gradient ``g_k`` per stream, and (:func:`map_relevance`)
+``b_k(b)``. ``in_k`` may ignore ``x`` (ones for ``Flat`` and ``WSquare``,
+the bounds for ``ZBox``); a map with several inputs (node and edge
+features) has each of them modified the same way. Structural constants (the
+``-1`` of a difference, an identity, GIN's ``1 + eps``) are neither weights
+nor biases: no rule modifies them. :func:`stream_gradients` maps the output
+relevance ``R`` to one gradient ``g_k`` per stream, and (:func:`map_relevance`)
 
 .. math::
 
@@ -81,7 +85,30 @@ class AlphaBeta:
     epsilon: float = 1e-6
 
 
-Rule = Union[Epsilon, Gamma, AlphaBeta]
+@dataclass(frozen=True)
+class Flat:
+    """One stream ``(1, 1, 0)``: every input and every weight set to 1,
+    every bias to 0; ``g = R / z'`` (no stabiliser)."""
+
+
+@dataclass(frozen=True)
+class WSquare:
+    """One stream ``(1, W * W, 0)``: every input set to 1, every weight
+    squared, every bias 0; ``g = R / z'`` (no stabiliser)."""
+
+
+@dataclass(frozen=True)
+class ZBox:
+    """Three streams ``(x, W, 0)``, ``(l, W+, 0)``, ``(h, W-, 0)`` (``l``,
+    ``h``: every input filled with ``low``, ``high``);
+    ``s = R / stab(z_1 - z_2 - z_3)``, ``g = [s, -s, -s]``."""
+
+    low: float = 0.0
+    high: float = 1.0
+    epsilon: float = 1e-6
+
+
+Rule = Union[Epsilon, Gamma, AlphaBeta, Flat, WSquare, ZBox]
 
 
 def stab(z: Tensor, epsilon: float) -> Tensor:
@@ -114,6 +141,19 @@ def streams(rule: Rule, xs: tuple, weights: Params, biases: Params) -> list[tupl
         bn = {n: b.clamp(max=0) for n, b in biases.items()}
         b0 = {n: torch.zeros_like(b) for n, b in biases.items()}
         return [(xp, {**wp, **bp}), (xn, {**wn, **b0}), (xp, {**wn, **bn}), (xn, {**wp, **b0})]
+    b0 = {n: torch.zeros_like(b) for n, b in biases.items()}
+    if isinstance(rule, Flat):
+        ones = tuple(torch.ones_like(x) for x in xs)
+        return [(ones, {**{n: torch.ones_like(w) for n, w in weights.items()}, **b0})]
+    if isinstance(rule, WSquare):
+        ones = tuple(torch.ones_like(x) for x in xs)
+        return [(ones, {**{n: w * w for n, w in weights.items()}, **b0})]
+    if isinstance(rule, ZBox):
+        low = tuple(torch.full_like(x, rule.low) for x in xs)
+        high = tuple(torch.full_like(x, rule.high) for x in xs)
+        wp = {n: w.clamp(min=0) for n, w in weights.items()}
+        wn = {n: w.clamp(max=0) for n, w in weights.items()}
+        return [(xs, {**weights, **b0}), (low, {**wp, **b0}), (high, {**wn, **b0})]
     raise TypeError(f"unknown rule {rule!r}")
 
 
@@ -122,12 +162,20 @@ def stream_gradients(rule: Rule, relevance: Tensor, zs: list[Tensor]) -> list[Te
     if isinstance(rule, (Epsilon, Gamma)):
         (z,) = zs
         return [ratio(relevance, z, rule.epsilon)]
-    zp, zn = zs[0] + zs[1], zs[2] + zs[3]
-    cp = torch.where(zn == 0, 1.0, rule.alpha).to(relevance.dtype)
-    cn = torch.where(zp == 0, 1.0 if rule.beta > 0 else 0.0, -rule.beta).to(relevance.dtype)
-    gp = cp * ratio(relevance, zp, rule.epsilon)
-    gn = cn * ratio(relevance, zn, rule.epsilon)
-    return [gp, gp, gn, gn]
+    if isinstance(rule, (Flat, WSquare)):
+        (z,) = zs
+        return [ratio(relevance, z, 0.0)]
+    if isinstance(rule, ZBox):
+        s = ratio(relevance, zs[0] - zs[1] - zs[2], rule.epsilon)
+        return [s, -s, -s]
+    if isinstance(rule, AlphaBeta):
+        zp, zn = zs[0] + zs[1], zs[2] + zs[3]
+        cp = torch.where(zn == 0, 1.0, rule.alpha).to(relevance.dtype)
+        cn = torch.where(zp == 0, 1.0 if rule.beta > 0 else 0.0, -rule.beta).to(relevance.dtype)
+        gp = cp * ratio(relevance, zp, rule.epsilon)
+        gn = cn * ratio(relevance, zn, rule.epsilon)
+        return [gp, gp, gn, gn]
+    raise TypeError(f"unknown rule {rule!r}")
 
 
 # ---------------------------------------------------------------------------
