@@ -8,9 +8,9 @@ by call (``cost.seconds_per_call``), on the first instances of
 ``faithfulness.py``'s sample:
 
 * ``Saliency``: Captum's Saliency (one plain forward and backward);
-* ``LRP``: ``lrp.LRP()``, the default composite (``Epsilon`` on the first
-  message-passing layer, ``Gamma(1)`` on the middle one, ``Epsilon`` on the
-  last and on the readout);
+* ``LRP``: ``lrp.LRP()``, the default composite (``ZPlus`` on the first
+  message-passing layer, ``Gamma(1)`` on the two after it, hidden layers
+  followed by a ReLU, ``Epsilon`` on the readout);
 * ``floor``: :class:`Floor`, the same composite written by hand for exactly
   ``common.GNN`` (3 x GCNConv or GINConv, ReLU, mean pooling, Linear): no
   relevance mode, no accounting, no check; node-level targets on their
@@ -151,7 +151,9 @@ class Floor(ExplainerAlgorithm):
             src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
             norm = degree.rsqrt()[src] * degree.rsqrt()[dst]
             ones = torch.ones(n, dtype=x.dtype)
-        rules = (DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_LOWER)
+        if model.head is None:
+            raise TypeError("Floor knows common.GNN with its Linear head (head=True)")
+        rules = (DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_LOWER)  # with a head, the last conv is a hidden layer
         h = x
         for conv, rule in zip(model.convs, rules):
             if model.kind == "GCN":

@@ -27,9 +27,14 @@ explanation is scored against the ground truth:
   - ``eps input, gamma (1, 1)`` and ``z+ input, gamma (1, 1)``: the same
     input rules with ``Gamma(1)`` on the last conv as well.
 
-  ``eps input, gamma (1, 0)`` was the library's default composite until this
-  comparison chose ``z+ input, gamma (1, 1)`` (best mean edge + node AUROC,
-  smallest worst gap to the best other explainer); ``lrp.LRP()`` uses it.
+  ``eps input, gamma (1, 0)`` was the library's default composite before
+  this comparison.
+* **LRP default** (``rules=None``): the library's default composite as it
+  resolves it for the model: ``ZPlus()`` on ``convs.0``, ``Gamma(1)`` on the
+  hidden convs, ``Epsilon`` on the head; on the last conv ``Gamma(1)`` where
+  a head follows it (it is a hidden layer: ``z+ input, gamma (1, 1)``) and
+  ``Epsilon`` where it outputs the class scores (``--no-head``: ``z+ input,
+  gamma (1, 0)``).
 
   LRP runs through the low-level API: ``relevance_pass(model, rules=...)``
   on the full graph, seeded with the logit of the predicted class, and
@@ -126,6 +131,7 @@ LRP_CONFIGS: dict[str, object] = {
     "LRP ε input, γ (1, 1)": composite(EPS, Gamma(1.0), Gamma(1.0)),
     "LRP z+ input, γ (1, 1)": composite(ZPlus(), Gamma(1.0), Gamma(1.0)),
     "LRP γ (1) everywhere": Gamma(1.0),
+    "LRP default (rules=None)": None,
 }
 COMPOSITES = [n for n, r in LRP_CONFIGS.items() if isinstance(r, dict)]
 

@@ -259,15 +259,35 @@ def test_op_without_rule_is_reported_by_name():
 def test_default_composite_and_overrides():
     model, _ = node_model(GCN3, True)
     resolved = resolve_rules(model)
-    # the input layer: positive contributions; every message-passing layer after it: Gamma(1);
-    # the rest (here the model itself): Epsilon
+    # the input layer: positive contributions; a hidden layer: Gamma(1); conv3 outputs the
+    # scores (no head after it) and, like the rest (here the model itself), gets Epsilon
     assert resolved["conv1"] == DEFAULT_INPUT == R.ZPlus() and resolved["conv1.lin"] == DEFAULT_INPUT
     assert resolved["conv2"] == DEFAULT_LOWER == R.Gamma(1.0) and resolved["conv2.lin"] == DEFAULT_LOWER
-    assert resolved["conv3"] == DEFAULT_LOWER and resolved["conv3.lin"] == DEFAULT_LOWER
-    assert resolved[""] == DEFAULT_UPPER == R.Epsilon(1e-6)
+    assert resolved["conv3"] == DEFAULT_UPPER == R.Epsilon(1e-6) and resolved["conv3.lin"] == DEFAULT_UPPER
+    assert resolved[""] == DEFAULT_UPPER
     custom = resolve_rules(model, {GCNConv: R.ZPlus(), "conv3*": R.Epsilon(0.5)})
     assert custom["conv1.lin"] == R.ZPlus()
     assert custom["conv3.lin"] == R.Epsilon(0.5)
+
+
+def test_the_last_layer_is_hidden_where_a_head_follows_it():
+    """The last message-passing layer gets Gamma(1) where a module with
+    weights is registered after it (it is then a hidden layer) and Epsilon
+    where it outputs the scores; normalisation layers do not count as a head."""
+    from torch_geometric.nn import GCN, MLP
+
+    def last(model, name):
+        return resolve_rules(model)[name]
+
+    assert last(GCN(4, 8, 3, 2), "convs.2") == R.Epsilon(1e-6)  # BasicGNN: the last conv outputs the scores
+    assert last(GCN(4, 8, 3, 2, norm="batch_norm"), "convs.2") == R.Epsilon(1e-6)
+    assert last(GCN(4, 8, 3, 2, jk="cat"), "convs.2") == R.Gamma(1.0)  # then `lin`
+    with_head = torch.nn.Module()
+    with_head.gnn, with_head.head = GCN(4, 8, 3), MLP([8, 8, 2])
+    assert last(with_head, "gnn.convs.2") == R.Gamma(1.0)
+    assert last(with_head, "gnn.convs.0") == R.ZPlus() and last(with_head, "head.lins.0") == R.Epsilon(1e-6)
+    single = GCN(4, 8, 1, 2)  # one layer, input and output: the input rule
+    assert last(single, "convs.0") == R.ZPlus()
 
 
 def test_every_edge_type_of_the_input_layer_gets_the_input_rule():
@@ -290,14 +310,17 @@ def test_every_edge_type_of_the_input_layer_gets_the_input_rule():
     for t in types:
         key = "__".join(t)
         assert hetero[f"conv1.{key}"] == R.ZPlus() and hetero[f"conv1.{key}.lin_l"] == R.ZPlus()
-        assert hetero[f"conv2.{key}"] == R.Gamma(1.0)
+        assert hetero[f"conv2.{key}"] == R.Epsilon(1e-6)  # it outputs the scores
 
     stacked = torch.nn.ModuleList([HeteroConv({t: SAGEConv((-1, -1), 8) for t in types}) for _ in range(2)])
     found = resolve_rules(stacked)
     first = [n for n in found if n.startswith("0.convs.") and n.count(".") == 2]
     later = [n for n in found if n.startswith("1.convs.") and n.count(".") == 2]
     assert len(first) == len(later) == 3
-    assert all(found[n] == R.ZPlus() for n in first) and all(found[n] == R.Gamma(1.0) for n in later)
+    assert all(found[n] == R.ZPlus() for n in first) and all(found[n] == R.Epsilon(1e-6) for n in later)
+    stacked.append(torch.nn.Linear(8, 2))  # a head: the second layer is hidden now
+    found = resolve_rules(stacked)
+    assert all(found[n] == R.Gamma(1.0) for n in later)
 
 
 def test_composite_rule_is_the_one_used():

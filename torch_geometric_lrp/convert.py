@@ -58,15 +58,16 @@ _SUPPORTED: set[type] = {
 _SUPPORTED_BASES: tuple[type, ...] = (PyGSequential, BasicGNN)
 
 #: Default composite, chosen on ``benchmarks/rules.py`` (5 datasets, GCN and
-#: GIN, 3 training seeds: the best mean edge + node AUROC of every rule and
-#: composite tried, and the smallest worst gap to the gradient explainers).
+#: GIN, 3 training seeds, with a ``Linear`` head and in PyG's ``BasicGNN``
+#: layout without one: the best mean edge + node AUROC over both layouts).
 #: The first message-passing layer sees the signed input features, so it gets
 #: ``ZPlus`` (:data:`DEFAULT_INPUT`), which keeps positive *contributions*
-#: :math:`x_j w_{ij} > 0` whatever the sign of :math:`x_j`; the
-#: message-passing layers after it see ReLU outputs and get ``Gamma(1)``
+#: :math:`x_j w_{ij} > 0` whatever the sign of :math:`x_j`; hidden
+#: message-passing layers (followed by an activation) get ``Gamma(1)``
 #: (:data:`DEFAULT_LOWER`: favours positive evidence, keeps relevance bounded
-#: in deep stacks); everything outside message passing (heads, readouts) gets
-#: ``Epsilon`` (:data:`DEFAULT_UPPER`).
+#: in deep stacks); the maps that produce the output scores, signed, get
+#: ``Epsilon`` (:data:`DEFAULT_UPPER`): heads, readouts, and the last
+#: message-passing layer where no head follows it.
 DEFAULT_INPUT: Rule = ZPlus()
 DEFAULT_LOWER: Rule = Gamma(1.0)
 DEFAULT_UPPER: Rule = Epsilon(1e-6)
@@ -152,16 +153,42 @@ def type_rules(rules) -> tuple:
     return tuple((k, v) for k, v in composite(rules).items() if isinstance(k, type))
 
 
-def _input_layers(named: list, message_passing: list) -> set:
-    """The message-passing layers that read the model's input: the first one
-    and, where it is one of a ``ModuleDict`` of layers per edge type (as
-    ``to_hetero`` and ``HeteroConv`` make them), its siblings."""
-    if not message_passing:
-        return set()
-    parent = message_passing[0].rpartition(".")[0]
-    if isinstance(dict(named).get(parent), torch.nn.ModuleDict):
+def _layer_of(named: dict, message_passing: list, name: str) -> set:
+    """Message-passing layer ``name`` and, where it is one of a ``ModuleDict``
+    of layers per edge type (as ``to_hetero`` and ``HeteroConv`` make them),
+    its siblings: one layer of the model."""
+    parent = name.rpartition(".")[0]
+    if isinstance(named.get(parent), torch.nn.ModuleDict):
         return {n for n in message_passing if n.rpartition(".")[0] == parent}
-    return {message_passing[0]}
+    return {name}
+
+
+_NORM_MODULES = ("torch.nn.modules.batchnorm", "torch.nn.modules.instancenorm", "torch.nn.modules.normalization",
+                 "torch_geometric.nn.norm")
+
+
+def _is_norm(module: torch.nn.Module) -> bool:
+    """A normalisation layer of torch or PyG (``BatchNorm1d``, ``LayerNorm``, ``GraphNorm``, ...)."""
+    return type(module).__module__.startswith(_NORM_MODULES)
+
+
+def _output_layer(named: list, message_passing: list) -> set:
+    """The last message-passing layer when it produces the model's output
+    scores: no module with weights of its own (other than a normalisation,
+    and outside message-passing layers) is registered after it, as in PyG's
+    ``BasicGNN`` models and a ``conv1 -> conv2`` classifier. A head
+    registered after it (a ``Linear``, an ``MLP``) makes it a hidden layer."""
+    modules = dict(named)
+    last = _layer_of(modules, message_passing, message_passing[-1])
+    names = [n for n, _ in named]
+    after = max(names.index(n) for n in last) + 1
+    inside = tuple(f"{n}." for n in message_passing)
+    for name, module in named[after:]:
+        if name.startswith(inside) or _is_norm(module):
+            continue
+        if next(module.parameters(recurse=False), None) is not None:
+            return set()
+    return last
 
 
 def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = None) -> dict[str, Rule]:
@@ -171,10 +198,12 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     module) or a composite dict. For each module, in this order: an entry of ``rules`` whose key is its
     qualified name (or a glob pattern of it, e.g. ``"convs.0*"``); an entry
     whose key is a type it is an instance of; the rule of its parent; the
-    default composite (:data:`DEFAULT_INPUT` for the first message-passing
-    layer, and for its siblings of other edge types in a heterogeneous model;
-    :data:`DEFAULT_LOWER` for the message-passing layers after it;
-    :data:`DEFAULT_UPPER` elsewhere).
+    default composite: :data:`DEFAULT_INPUT` for the first message-passing
+    layer (in a heterogeneous model, its layer of every edge type);
+    :data:`DEFAULT_UPPER` for the last one when it outputs the model's
+    scores (no head with weights is registered after it) and for everything
+    outside message passing; :data:`DEFAULT_LOWER` for the message-passing
+    layers between (hidden layers, followed by an activation).
     """
     rules = composite(rules)
     by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
@@ -182,7 +211,8 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
 
     named = list(model.named_modules()) if named is None else named
     message_passing = [n for n, m in named if isinstance(m, MessagePassing)]
-    input_layers = _input_layers(named, message_passing)
+    input_layer = _layer_of(dict(named), message_passing, message_passing[0]) if message_passing else set()
+    output_layer = _output_layer(named, message_passing) if message_passing else set()
     resolved: dict[str, Rule] = {}
     inherited: set[str] = set()  # modules whose children take over their rule
     for name, module in named:
@@ -195,7 +225,8 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
         if rule is None and parent in inherited:
             rule = resolved[parent]
         if rule is None and isinstance(module, MessagePassing):
-            rule = DEFAULT_INPUT if name in input_layers else DEFAULT_LOWER
+            rule = DEFAULT_INPUT if name in input_layer else DEFAULT_UPPER if name in output_layer else \
+                DEFAULT_LOWER
         if rule is None:
             resolved[name] = DEFAULT_UPPER  # not passed on: children resolve on their own
             continue
