@@ -12,7 +12,9 @@ the readout of sGNN-LRP's BA-2Motifs GIN, and writes ``walks_sum.md``.
 reference code (``SgnnGIN`` below: width 20, fixed non-positive biases, sum
 readout, one constant feature, 1,000 graphs) with the reference's small SGD
 steps (``train_sgnn``) and writes ``walks_sgnn.md``;
-its rule sets add sGNN-LRP's composite, gamma = 3, 1.5, 0 by layer.
+its rule sets add sGNN-LRP's composite, gamma = 3, 1.5, 0 by layer, and the
+library's previous default composite (``Epsilon``, ``Gamma(1)``, ``Epsilon``;
+the default's first layer is ``ZPlus`` now).
 For every training seed in ``--seeds`` a GIN is trained and ``--instances``
 graphs (default 40, fixed by ``--data-seed``) are explained for the class the
 model predicts. Instance graphs have 25 nodes: a 20-node Barabasi-Albert tree
@@ -126,6 +128,11 @@ RULES = {"default": None, "Gamma(1.0)": lrp.rules.Gamma(1.0), "ZPlus()": lrp.rul
 # sGNN-LRP's composite (its get_H_transform: gamma = linspace(3, 0) over the layers), on SgnnGIN's layers
 PAPER_RULES = {"Gamma(3, 1.5, 0) by layer": {"convs.0": lrp.rules.Gamma(3.0), "convs.1": lrp.rules.Gamma(1.5),
                                              "convs.2": lrp.rules.Gamma(0.0)}}
+# The default composite before the input layer got ZPlus (Epsilon, Gamma(1), Epsilon on SgnnGIN, whose
+# last conv outputs the scores): the rules under which the walk mass first reached TARGET
+PREVIOUS_DEFAULT = {"previous default (ε, γ 1, ε)": {"convs.0": lrp.rules.Epsilon(1e-6),
+                                                     "convs.1": lrp.rules.Gamma(1.0),
+                                                     "convs.2": lrp.rules.Epsilon(1e-6)}}
 PAPER_ALPHA = 0.05  # sGNN-LRP's relaxed subgraph relevance: published node AUROC 0.9962 at this alpha
 MODELS = {"gin": "the project's GIN", "sgnn": "sGNN-LRP's GIN layout, trained here"}
 SGNN_GRAPHS = 1000  # the size of sGNN-LRP's BA-2Motifs dataset
@@ -689,7 +696,7 @@ def main(argv=None) -> None:
         parser.error("--readout: SgnnGIN has its own sum readout; leave --readout out with --model sgnn")
     args.out = args.out or RESULTS / ("walks_sgnn.md" if args.model == "sgnn" else
                                       "walks.md" if args.readout == "mean" else "walks_sum.md")
-    args.rules = {**RULES, **PAPER_RULES} if args.model == "sgnn" else RULES
+    args.rules = {**RULES, **PAPER_RULES, **PREVIOUS_DEFAULT} if args.model == "sgnn" else RULES
     argv = sys.argv[1:] if argv is None else argv
     args.seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2])
     args.instances = args.instances or (5 if args.quick else 40)
