@@ -304,6 +304,9 @@ class AlphaBeta(Rule):
         return [sp, sp, sn, sn], dropped
 
 
+_ZPLUS_STREAMS = (Stream(_positive, _positive, _positive), Stream(_negative, _negative, _zero))
+
+
 class ZPlus(AlphaBeta):
     r"""LRP-:math:`z^+`: only positive contributions, i.e. ``AlphaBeta(1, 0)``."""
 
@@ -313,8 +316,8 @@ class ZPlus(AlphaBeta):
     def streams(self):
         # With beta = 0 the negative contributions get no relevance, and an
         # output without positive ones loses its relevance whatever z^- is:
-        # the two z^- streams of AlphaBeta are not needed.
-        return AlphaBeta.streams(self)[:2]
+        # AlphaBeta's two z^- streams are not needed.
+        return _ZPLUS_STREAMS
 
     def gradients(self, relevance, outputs):
         zp = outputs[0] + outputs[1]  # >= 0
