@@ -172,16 +172,14 @@ def _is_norm(module: torch.nn.Module) -> bool:
     return type(module).__module__.startswith(_NORM_MODULES)
 
 
-def _output_layer(named: list, message_passing: list) -> set:
+def _output_layer(named: list, modules: dict, message_passing: list) -> set:
     """The last message-passing layer when it produces the model's output
     scores: no module with weights of its own (other than a normalisation,
     and outside message-passing layers) is registered after it, as in PyG's
     ``BasicGNN`` models and a ``conv1 -> conv2`` classifier. A head
     registered after it (a ``Linear``, an ``MLP``) makes it a hidden layer."""
-    modules = dict(named)
     last = _layer_of(modules, message_passing, message_passing[-1])
-    names = [n for n, _ in named]
-    after = max(names.index(n) for n in last) + 1
+    after = max(i for i, (name, _) in enumerate(named) if name in last) + 1
     inside = tuple(f"{n}." for n in message_passing)
     for name, module in named[after:]:
         if name.startswith(inside) or _is_norm(module):
@@ -211,8 +209,9 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
 
     named = list(model.named_modules()) if named is None else named
     message_passing = [n for n, m in named if isinstance(m, MessagePassing)]
-    input_layer = _layer_of(dict(named), message_passing, message_passing[0]) if message_passing else set()
-    output_layer = _output_layer(named, message_passing) if message_passing else set()
+    modules = dict(named)
+    input_layer = _layer_of(modules, message_passing, message_passing[0]) if message_passing else set()
+    output_layer = _output_layer(named, modules, message_passing) if message_passing else set()
     resolved: dict[str, Rule] = {}
     inherited: set[str] = set()  # modules whose children take over their rule
     for name, module in named:
