@@ -323,6 +323,28 @@ def test_every_edge_type_of_the_input_layer_gets_the_input_rule():
     assert all(found[n] == R.Gamma(1.0) for n in later)
 
 
+def test_a_conv_layer_wrapping_message_passing_is_one_layer():
+    """PyG conv layers that run message-passing layers inside (``DirGNNConv``:
+    ``conv_in`` and ``conv_out`` side by side, plus a root ``Linear``;
+    ``GPSConv``: a conv, attention and an MLP) are one layer each: all of
+    a layer gets the rule of its position."""
+    from torch_geometric.nn import DirGNNConv, GPSConv
+
+    stack = torch.nn.ModuleList([DirGNNConv(GCNConv(8, 8)) for _ in range(3)])
+    found = resolve_rules(stack)
+    for i, rule in enumerate([R.ZPlus(), R.Gamma(1.0), R.Epsilon(1e-6)]):
+        parts = [n for n in found if n == str(i) or n.startswith(f"{i}.")]
+        assert {"conv_in.lin", "conv_out.lin", "lin"} <= {n.partition(".")[2] for n in parts}
+        assert all(found[n] == rule for n in parts), (i, {n: found[n] for n in parts})
+    stack.append(torch.nn.Linear(8, 2))  # a head: the third layer is hidden
+    assert resolve_rules(stack)["2.conv_out.lin"] == R.Gamma(1.0)
+
+    gps = torch.nn.ModuleList([GPSConv(8, GINConv(torch.nn.Linear(8, 8)), heads=2) for _ in range(2)])
+    found = resolve_rules(gps)
+    assert found["0.conv.nn"] == found["0.mlp.0"] == found["0.attn.out_proj"] == R.ZPlus()
+    assert found["1.conv.nn"] == found["1.mlp.0"] == found["1.attn.out_proj"] == R.Epsilon(1e-6)
+
+
 def test_composite_rule_is_the_one_used():
     # a single linear layer: Flat gives every input feature the same share
     model = torch.nn.Sequential(torch.nn.Linear(4, 1, bias=False))

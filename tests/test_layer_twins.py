@@ -200,6 +200,8 @@ def mlp(f_in: int = F_IN, hidden: int = 5) -> nn.Sequential:
 
 
 def lrp_rule(rule):
+    if rule is None:
+        return None  # the library's default composite
     rules = importlib.import_module("torch_geometric_lrp.rules")
     if isinstance(rule, T.Epsilon):
         return rules.Epsilon(rule.epsilon)

@@ -27,7 +27,7 @@ from torch_geometric.nn.models.attentive_fp import GATEConv
 import twins as T
 import twins_more as M
 from test_layer_twins import (DTYPE, E, F_EDGE, F_IN, F_OUT, N, RULES, FamilyTests, assert_relevance, build,
-                              random_edges, run_lrp, seed_relevance, single)
+                              lrp_rule, random_edges, run_lrp, seed_relevance, single)
 from test_layer_twins import pytest_generate_tests  # noqa: F401  (parametrizes ``config``)
 
 import torch_geometric_lrp as lrp
@@ -203,7 +203,7 @@ class TestPropagation(FamilyTests):
 
 
 # ---------------------------------------------------------------------------
-# DirGNNConv (left out of convert: its composite would split one layer's rules)
+# DirGNNConv: two message-passing layers side by side, one layer of the model
 # ---------------------------------------------------------------------------
 
 
@@ -224,6 +224,24 @@ def test_dirgnn_node_relevance_matches_twin(rule):
     out, (rel,), _, _ = run_lrp(setup, rule, inputs, relevance)
     assert_relevance(out, twin.out, "forward in the pass")
     assert_relevance(rel, twin.inputs[0], "node relevance")
+
+
+def test_the_default_composite_gives_all_of_a_dirgnn_layer_one_rule():
+    """A lone ``DirGNNConv`` is the model's input layer. Under the default
+    composite all of it (``conv_in``, ``conv_out``, the root ``Linear`` and
+    their weighted sum) gets the input rule, so the pass is its twin under
+    ``ZPlus``: one map, one rule. (Counted as two message-passing layers,
+    ``conv_out`` got another rule than ``conv_in`` and the sum a third.)"""
+    from torch_geometric_lrp.convert import DEFAULT_INPUT
+
+    setup = dirgnn_setup()
+    relevance = seed_relevance(setup.call_with(setup.stock, setup.inputs), 5)
+    rule = T.AlphaBeta(1.0, 0.0, DEFAULT_INPUT.epsilon)
+    assert lrp_rule(rule) == DEFAULT_INPUT
+    twin = setup.reference(setup.stock, setup.inputs, rule, relevance, setup.edge_index)
+    _, (rel,), edge, _ = run_lrp(setup, None, setup.inputs, relevance)
+    assert_relevance(rel, twin.inputs[0], "node relevance")
+    assert_relevance(edge, twin.edge, "edge relevance")
 
 
 def test_dirgnn_edge_relevance_matches_twin():
@@ -273,9 +291,9 @@ REGISTERED = {  # name -> (conv, output width, extra forward arguments)
     "SimpleConv": (lambda: pyg_nn.SimpleConv(aggr="mean", combine_root="sum"), F_IN, {}),
     "LGConv": (lambda: pyg_nn.LGConv(), F_IN, {}),
     "WLConvContinuous": (lambda: pyg_nn.WLConvContinuous(), F_IN, {}),
+    "DirGNNConv": (lambda: pyg_nn.DirGNNConv(pyg_nn.GCNConv(F_IN, HIDDEN), alpha=0.3), HIDDEN, {}),
 }
 LEFT_OUT = {
-    "DirGNNConv": lambda: pyg_nn.DirGNNConv(pyg_nn.GCNConv(F_IN, F_IN)),
     "GCN2Conv": lambda: pyg_nn.GCN2Conv(F_IN, alpha=0.2),
 }
 

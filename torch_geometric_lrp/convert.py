@@ -27,7 +27,7 @@ from .mode import unwrap
 from .rules import Epsilon, Gamma, Rule, ZPlus
 
 __all__ = ["convert", "register", "resolve_rules", "type_rules", "composite", "UnsupportedModuleError", "DEFAULT_INPUT",
-           "DEFAULT_LOWER", "DEFAULT_UPPER"]
+           "DEFAULT_LOWER", "DEFAULT_UPPER", "CONV_WRAPPERS"]
 
 #: PyG layer -> its LRP subclass.
 LRP_LAYERS: dict[type, type] = {getattr(pyg_nn, name): getattr(lrp_nn, name) for name in lrp_nn.__all__}
@@ -51,6 +51,7 @@ _SUPPORTED: set[type] = {
     pyg_nn.TAGConv, pyg_nn.SSGConv, pyg_nn.MixHopConv, pyg_nn.ClusterGCNConv, pyg_nn.LEConv,
     pyg_nn.AGNNConv, GATEConv, pyg_nn.RGCNConv, pyg_nn.FastRGCNConv, pyg_nn.NNConv, pyg_nn.FiLMConv,
     pyg_nn.ResGatedGraphConv, pyg_nn.ARMAConv, pyg_nn.SimpleConv, pyg_nn.LGConv, pyg_nn.WLConvContinuous,
+    pyg_nn.DirGNNConv,
     # PyG normalisation layers, statistics held constant (tests/test_norm_layers.py)
     pyg_nn.GraphNorm, pyg_nn.LayerNorm, pyg_nn.InstanceNorm, pyg_nn.PairNorm,
 }
@@ -153,10 +154,31 @@ def type_rules(rules) -> tuple:
     return tuple((k, v) for k, v in composite(rules).items() if isinstance(k, type))
 
 
+#: PyG's conv layers that are not ``MessagePassing`` themselves but run
+#: message-passing layers inside (``DirGNNConv``: ``conv_in`` and ``conv_out``
+#: side by side; ``GPSConv``, ``AntiSymmetricConv``, ``HeteroConv``). Each is
+#: one layer of the model: the default composite gives all of it one rule.
+CONV_WRAPPERS: tuple[type, ...] = tuple(
+    cls for cls in (getattr(pyg_nn.conv, name) for name in pyg_nn.conv.__all__)
+    if isinstance(cls, type) and issubclass(cls, torch.nn.Module) and not issubclass(cls, MessagePassing))
+
+
+def _layers(named: list) -> list[str]:
+    """The graph layers of a model, in registration order: message-passing
+    modules and :data:`CONV_WRAPPERS`, each counted once with what runs
+    inside it (the outermost one)."""
+    found: list[str] = []
+    for name, module in named:
+        if isinstance(module, (MessagePassing, *CONV_WRAPPERS)) and \
+                not any(name.startswith(f"{outer}.") for outer in found):
+            found.append(name)
+    return found
+
+
 def _layer_of(named: dict, message_passing: list, name: str) -> set:
-    """Message-passing layer ``name`` and, where it is one of a ``ModuleDict``
-    of layers per edge type (as ``to_hetero`` and ``HeteroConv`` make them),
-    its siblings: one layer of the model."""
+    """Graph layer ``name`` and, where it is one of a ``ModuleDict`` of
+    layers per edge type (as ``to_hetero`` makes them), its siblings: one
+    layer of the model."""
     parent = name.rpartition(".")[0]
     if isinstance(named.get(parent), torch.nn.ModuleDict):
         return {n for n in message_passing if n.rpartition(".")[0] == parent}
@@ -173,9 +195,9 @@ def _is_norm(module: torch.nn.Module) -> bool:
 
 
 def _output_layer(named: list, modules: dict, message_passing: list) -> set:
-    """The last message-passing layer when it produces the model's output
-    scores: no module with weights of its own (other than a normalisation,
-    and outside message-passing layers) is registered after it, as in PyG's
+    """The last graph layer when it produces the model's output scores: no
+    module with weights of its own (other than a normalisation, and outside
+    graph layers) is registered after it, as in PyG's
     ``BasicGNN`` models and a ``conv1 -> conv2`` classifier. A head
     registered after it (a ``Linear``, an ``MLP``) makes it a hidden layer."""
     last = _layer_of(modules, message_passing, message_passing[-1])
@@ -196,22 +218,25 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     module) or a composite dict. For each module, in this order: an entry of ``rules`` whose key is its
     qualified name (or a glob pattern of it, e.g. ``"convs.0*"``); an entry
     whose key is a type it is an instance of; the rule of its parent; the
-    default composite: :data:`DEFAULT_INPUT` for the first message-passing
-    layer (in a heterogeneous model, its layer of every edge type);
-    :data:`DEFAULT_UPPER` for the last one when it outputs the model's
-    scores (no head with weights is registered after it) and for everything
-    outside message passing; :data:`DEFAULT_LOWER` for the message-passing
-    layers between (hidden layers, followed by an activation).
+    default composite, by graph layer (a message-passing module, or a PyG
+    conv layer that runs them inside, :data:`CONV_WRAPPERS`; all of a layer
+    gets its rule): :data:`DEFAULT_INPUT` for the first graph layer (in a
+    heterogeneous model, its layer of every edge type); :data:`DEFAULT_UPPER`
+    for the last one when it outputs the model's scores (no head with weights
+    is registered after it) and for everything outside graph layers;
+    :data:`DEFAULT_LOWER` for the graph layers between (hidden layers,
+    followed by an activation).
     """
     rules = composite(rules)
     by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
     by_name = {k: v for k, v in rules.items() if isinstance(k, str)}
 
     named = list(model.named_modules()) if named is None else named
-    message_passing = [n for n, m in named if isinstance(m, MessagePassing)]
+    message_passing = _layers(named)
     modules = dict(named)
     input_layer = _layer_of(modules, message_passing, message_passing[0]) if message_passing else set()
     output_layer = _output_layer(named, modules, message_passing) if message_passing else set()
+    layers = set(message_passing)
     resolved: dict[str, Rule] = {}
     inherited: set[str] = set()  # modules whose children take over their rule
     for name, module in named:
@@ -223,7 +248,7 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
             rule = next((v for t, v in by_type if isinstance(module, t)), None)
         if rule is None and parent in inherited:
             rule = resolved[parent]
-        if rule is None and isinstance(module, MessagePassing):
+        if rule is None and name in layers:
             rule = DEFAULT_INPUT if name in input_layer else DEFAULT_UPPER if name in output_layer else \
                 DEFAULT_LOWER
         if rule is None:
