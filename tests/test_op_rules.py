@@ -183,6 +183,9 @@ LAYERS = {
     "RGCNConv(num_blocks)": (lambda: pyg_nn.RGCNConv(8, 6, num_relations=3, num_blocks=2), 6, None,
                              lambda conv, x, ei: conv(x, ei, torch.arange(ei.shape[1]) % 3)),
     "GPSConv": (lambda: pyg_nn.GPSConv(8, pyg_nn.GINConv(torch.nn.Linear(8, 8)), heads=2), 8, None, None),
+    # a conv layer around a message-passing layer: one layer of the default composite
+    "AntiSymmetricConv": (lambda: pyg_nn.AntiSymmetricConv(8, num_iters=2), 8, None, None),
+    "DirGNNConv(GCNConv)": (lambda: pyg_nn.DirGNNConv(pyg_nn.GCNConv(8, 6), alpha=0.3), 6, None, None),
     "PMLP": (lambda: pyg_nn.models.PMLP(8, 6, 6, num_layers=2), 6, None, None),
     # std = sqrt(E[x^2] - E[x]^2): the square root passes, the squares are products
     "PNAConv(std)": (lambda: pyg_nn.PNAConv(8, 6, aggregators=["mean", "std"], scalers=["identity"],
