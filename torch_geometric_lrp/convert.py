@@ -175,13 +175,13 @@ def _layers(named: list) -> list[str]:
     return found
 
 
-def _layer_of(named: dict, message_passing: list, name: str) -> set:
+def _layer_of(named: dict, graph_layers: list, name: str) -> set:
     """Graph layer ``name`` and, where it is one of a ``ModuleDict`` of
     layers per edge type (as ``to_hetero`` makes them), its siblings: one
     layer of the model."""
     parent = name.rpartition(".")[0]
     if isinstance(named.get(parent), torch.nn.ModuleDict):
-        return {n for n in message_passing if n.rpartition(".")[0] == parent}
+        return {n for n in graph_layers if n.rpartition(".")[0] == parent}
     return {name}
 
 
@@ -194,15 +194,15 @@ def _is_norm(module: torch.nn.Module) -> bool:
     return type(module).__module__.startswith(_NORM_MODULES)
 
 
-def _output_layer(named: list, modules: dict, message_passing: list) -> set:
+def _output_layer(named: list, modules: dict, graph_layers: list) -> set:
     """The last graph layer when it produces the model's output scores: no
     module with weights of its own (other than a normalisation, and outside
     graph layers) is registered after it, as in PyG's
     ``BasicGNN`` models and a ``conv1 -> conv2`` classifier. A head
     registered after it (a ``Linear``, an ``MLP``) makes it a hidden layer."""
-    last = _layer_of(modules, message_passing, message_passing[-1])
+    last = _layer_of(modules, graph_layers, graph_layers[-1])
     after = max(i for i, (name, _) in enumerate(named) if name in last) + 1
-    inside = tuple(f"{n}." for n in message_passing)
+    inside = tuple(f"{n}." for n in graph_layers)
     for name, module in named[after:]:
         if name.startswith(inside) or _is_norm(module):
             continue
@@ -232,11 +232,10 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     by_name = {k: v for k, v in rules.items() if isinstance(k, str)}
 
     named = list(model.named_modules()) if named is None else named
-    message_passing = _layers(named)
+    graph_layers = _layers(named)
     modules = dict(named)
-    input_layer = _layer_of(modules, message_passing, message_passing[0]) if message_passing else set()
-    output_layer = _output_layer(named, modules, message_passing) if message_passing else set()
-    layers = set(message_passing)
+    input_layer = _layer_of(modules, graph_layers, graph_layers[0]) if graph_layers else set()
+    output_layer = _output_layer(named, modules, graph_layers) if graph_layers else set()
     resolved: dict[str, Rule] = {}
     inherited: set[str] = set()  # modules whose children take over their rule
     for name, module in named:
@@ -248,7 +247,7 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
             rule = next((v for t, v in by_type if isinstance(module, t)), None)
         if rule is None and parent in inherited:
             rule = resolved[parent]
-        if rule is None and name in layers:
+        if rule is None and name in graph_layers:
             rule = DEFAULT_INPUT if name in input_layer else DEFAULT_UPPER if name in output_layer else \
                 DEFAULT_LOWER
         if rule is None:
