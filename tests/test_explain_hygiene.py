@@ -343,3 +343,78 @@ def test_modules_outside_the_model_are_explained():
     assert outside.edge_mask.abs().sum() > 0
     torch.testing.assert_close(outside.edge_mask, inside.edge_mask)
     torch.testing.assert_close(outside.node_mask, inside.node_mask)
+
+
+# ===========================================================================
+# Models whose own autograd machinery reruns or replaces part of the forward
+# ===========================================================================
+class Rerun(torch.nn.Module):
+    """``GCN -> ReLU -> (checkpointed or reversible) block -> Linear``."""
+
+    def __init__(self, block: str):
+        super().__init__()
+        from torch_geometric.nn import DeepGCNLayer, GroupAddRev
+        self.conv = GCNConv(F_IN, 8)
+        if block == "checkpoint":
+            self.block = DeepGCNLayer(GCNConv(8, 8), torch.nn.LayerNorm(8), torch.nn.ReLU(), block="res+",
+                                      ckpt_grad=True)
+        else:
+            self.block = GroupAddRev(GCNConv(4, 4), num_groups=2)
+        self.head = torch.nn.Linear(8, C)
+
+    def forward(self, x, edge_index):
+        return self.head(self.block(self.conv(x, edge_index).relu(), edge_index))
+
+
+@pytest.mark.parametrize("block, hint", [("checkpoint", "ckpt_grad=False"), ("reversible", "disable=True")])
+def test_a_forward_rerun_in_the_backward_is_refused_with_what_to_do(block, hint):
+    """Activation checkpointing (``DeepGCNLayer(ckpt_grad=True)``) and
+    ``GroupAddRev``'s invertible Function rerun part of the forward inside
+    the backward, outside the relevance pass: the error says so and how to
+    switch it off, instead of autograd's own message."""
+    torch.manual_seed(0)
+    model = Rerun(block).eval()
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(lrp.UnsupportedOpError, match=hint):
+        lrp.explain(model, x, edge_index, index=torch.tensor([1, 2]))
+    if block == "checkpoint":  # switched off as the message says
+        model.block.ckpt_grad = False
+    else:
+        model.block.disable = True
+    assert_conserved(lrp.explain(model, x, edge_index, index=torch.tensor([1, 2])))
+
+
+class Tripled(torch.autograd.Function):
+    """``3 x`` with a backward that is not its derivative (``10 g``)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 3 * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 10 * grad
+
+
+def test_a_custom_function_is_explained_through_the_ops_of_its_forward():
+    """The ops a custom autograd Function's ``forward`` runs on its inputs are
+    routed like any others, so its own backward (here not even the
+    derivative) plays no part: the explanation equals the one of ``3 * h``."""
+
+    class Net(torch.nn.Module):
+        def __init__(self, triple):
+            super().__init__()
+            self.triple = triple
+            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+
+        def forward(self, x, edge_index):
+            return self.head(self.triple(self.conv(x, edge_index).relu()))
+
+    x, edge_index, _ = inputs("node")
+    found = []
+    for triple in (Tripled.apply, lambda h: 3 * h):
+        torch.manual_seed(0)
+        found.append(lrp.explain(Net(triple).eval(), x, edge_index, index=torch.tensor([1, 2])))
+    torch.testing.assert_close(found[0].node_mask, found[1].node_mask)
+    torch.testing.assert_close(found[0].edge_mask, found[1].edge_mask)
+    assert_conserved(found[0])

@@ -1031,8 +1031,11 @@ class RelevanceMode(TorchFunctionMode):
             guard = not all(bool(torch.isfinite(t).all()) for t in (out.detach(), *wanted))
             with torch.enable_grad(), nonfinite_guard(guard):
                 extra = [maps.anchor(out.device)]
-                grads = torch.autograd.grad(out, wanted + extra, seed, allow_unused=True,
-                                            retain_graph=retain_graph)[:len(wanted)]
+                try:
+                    grads = torch.autograd.grad(out, wanted + extra, seed, allow_unused=True,
+                                                retain_graph=retain_graph)[:len(wanted)]
+                except RuntimeError as error:
+                    raise self._custom_backward_failed(error) from error
         found = {id(t): g for t, g in zip(wanted, grads)}
         if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
             if not self._track_nonfinite:
@@ -1052,6 +1055,34 @@ class RelevanceMode(TorchFunctionMode):
                 g = found.get(id(t))
                 result.append(torch.zeros_like(t) if g is None else g)
         return result
+
+    def _custom_backward_failed(self, error: RuntimeError) -> RuntimeError:
+        """``error`` from the backward, explained where the model's own autograd
+        machinery raised it: activation checkpointing, which reruns part of
+        the forward inside the backward (where nothing is routed), or a custom
+        autograd Function, whose backward gives gradients and which the pass
+        can only follow where its forward ran its ops on the tensors it was
+        given (the mode then routed them). Other errors are returned as they are."""
+        message = str(error)
+        if "torch.utils.checkpoint" in message:
+            return UnsupportedOpError(
+                f"The model checkpoints part of its forward (torch.utils.checkpoint), which reruns that part "
+                f"during the backward; the relevance pass needs the forward it ran, with its rules, so the "
+                f"backward failed ({message.splitlines()[0]}). Explain the model with checkpointing off (for "
+                f"DeepGCNLayer: ckpt_grad=False).")
+        if not message.startswith("function ") or "Backward" not in message.split()[1]:
+            return error
+        name = message.split()[1]
+        hint = ""
+        if any(type(m).__name__ == "GroupAddRev" for m in (self._model.modules() if self._model else ())):
+            hint = (" GroupAddRev's InvertibleFunction detaches its inputs and recomputes them in its "
+                    "backward to save memory; set disable=True on it (the same forward, run directly, "
+                    "without the memory saving) to explain it.")
+        return UnsupportedOpError(
+            f"The backward of {name}, a custom torch.autograd.Function in the model, failed inside the "
+            f"relevance pass ({message}). A custom Function's backward computes gradients, not "
+            f"relevance; the pass can explain it only where its forward runs torch ops on the inputs it "
+            f"was given, not on detached copies.{hint}")
 
     def where(self) -> str:
         """Where the running op is, for messages: the innermost module whose
