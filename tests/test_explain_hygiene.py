@@ -418,3 +418,38 @@ def test_a_custom_function_is_explained_through_the_ops_of_its_forward():
     torch.testing.assert_close(found[0].node_mask, found[1].node_mask)
     torch.testing.assert_close(found[0].edge_mask, found[1].edge_mask)
     assert_conserved(found[0])
+
+
+class DetachedTripled(torch.autograd.Function):
+    """``3 x`` computed on a detached copy: the pass sees none of its ops."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 3 * x.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return 3 * grad
+
+
+def test_a_custom_function_the_pass_cannot_see_into_is_refused_or_reported():
+    """Where a custom Function's forward runs on detached copies, its own
+    backward would carry the relevance as a gradient (here three times the
+    score, silently, before): refused under ``strict``, counted in the
+    conservation report otherwise."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+
+        def forward(self, x, edge_index):
+            return self.head(DetachedTripled.apply(self.conv(x, edge_index).relu()))
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(lrp.UnsupportedOpError, match="DetachedTripled"):
+        lrp.explain(model, x, edge_index, index=torch.tensor([1, 2]))
+    report = lrp.check_conservation(model, x, edge_index)
+    assert any("DetachedTripled" in key for key in report.unsupported) and not report.conserved()

@@ -189,13 +189,13 @@ def check_conservation(
                 raise TypeError("check_conservation: the model must return one tensor to seed.")
             out = outputs[0]
             relevance = out.detach() if seed is None else seed
-            out.backward(relevance)
+            found = mode.backward(out, relevance, list(carriers.values()))
     finally:
         for h in hooks:
             h.remove()
     return ConservationReport(
         seed=relevance.sum().item(),
-        input_relevance={n: (t.grad.sum().item() if t.grad is not None else 0.0) for n, t in carriers.items()},
+        input_relevance={n: r.sum().item() for n, r in zip(carriers, found)},
         lost=audit.lost,
         absorbed=audit.absorbed,
         by_op=audit.by_op,

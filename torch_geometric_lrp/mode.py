@@ -692,6 +692,7 @@ class RelevanceMode(TorchFunctionMode):
         self.first_nonfinite: Optional[str] = None
         # integer inputs whose embedding lookups start relevance (watch_lookups)
         self._sources: list = []
+        self._functions_checked = None  # the grad_fn of the last output check_functions walked from
         self.lookups: list = []  # (name, columns, watched output) per lookup, in order
 
     # -- rules of the running modules ------------------------------------------------------
@@ -1026,6 +1027,7 @@ class RelevanceMode(TorchFunctionMode):
         wanted = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
         grads: Sequence = ()
         if out.requires_grad:
+            self.check_functions(out)
             # inf / NaN somewhere: zero relevance times them must stay 0, or
             # they would spread into rows the seed does not depend on
             guard = not all(bool(torch.isfinite(t).all()) for t in (out.detach(), *wanted))
@@ -1056,33 +1058,55 @@ class RelevanceMode(TorchFunctionMode):
                 result.append(torch.zeros_like(t) if g is None else g)
         return result
 
+    def check_functions(self, out: Tensor) -> None:
+        """No custom autograd Function of the model's own lies between ``out``
+        and the explained inputs: its backward would stand in for the
+        relevance rules there and give gradients. (A Function whose forward
+        runs torch ops on the tensors it is given never gets there: the mode
+        routes those ops, and their relevance graph replaces its backward.)
+        With ``strict=False`` each such Function is counted in
+        :attr:`unsupported` instead. One walk of the autograd graph: tens of
+        nodes per layer, whatever the graph's size, once per output."""
+        if out.grad_fn is None or out.grad_fn is self._functions_checked:
+            return
+        self._functions_checked = out.grad_fn
+        seen, todo = set(), [out.grad_fn]
+        while todo:
+            node = todo.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            cls = getattr(node, "_forward_cls", None)
+            if cls is not None and not cls.__module__.startswith("torch_geometric_lrp."):
+                name = f"{cls.__module__}.{cls.__qualname__}"
+                if cls.__module__ == "torch.utils.checkpoint":  # its backward cannot run under the pass
+                    raise _checkpointed(f"{name} in the autograd graph")
+                if self.strict:
+                    raise UnsupportedOpError(
+                        f"'{name}', a custom torch.autograd.Function, carries relevance: its forward ran on "
+                        f"tensors the relevance pass does not see (detached copies), so its own backward "
+                        f"would stand in for the relevance rules and give gradients, not relevance. Write "
+                        f"its forward with torch ops on the tensors it is given (the pass then routes "
+                        f"them), or pass strict=False to only report it.{_function_hint(name)}")
+                self.unsupported[f"{name} (custom autograd Function)"] += 1
+            todo.extend(next_node for next_node, _ in node.next_functions)
+
     def _custom_backward_failed(self, error: RuntimeError) -> RuntimeError:
         """``error`` from the backward, explained where the model's own autograd
-        machinery raised it: activation checkpointing, which reruns part of
-        the forward inside the backward (where nothing is routed), or a custom
-        autograd Function, whose backward gives gradients and which the pass
-        can only follow where its forward ran its ops on the tensors it was
-        given (the mode then routed them). Other errors are returned as they are."""
+        machinery raised it (``strict=False`` lets a custom Function's backward
+        run, and non-reentrant checkpointing leaves no Function node to find
+        before): other errors are returned as they are."""
         message = str(error)
         if "torch.utils.checkpoint" in message:
-            return UnsupportedOpError(
-                f"The model checkpoints part of its forward (torch.utils.checkpoint), which reruns that part "
-                f"during the backward; the relevance pass needs the forward it ran, with its rules, so the "
-                f"backward failed ({message.splitlines()[0]}). Explain the model with checkpointing off (for "
-                f"DeepGCNLayer: ckpt_grad=False).")
+            return _checkpointed(message.splitlines()[0])
         if not message.startswith("function ") or "Backward" not in message.split()[1]:
             return error
         name = message.split()[1]
-        hint = ""
-        if any(type(m).__name__ == "GroupAddRev" for m in (self._model.modules() if self._model else ())):
-            hint = (" GroupAddRev's InvertibleFunction detaches its inputs and recomputes them in its "
-                    "backward to save memory; set disable=True on it (the same forward, run directly, "
-                    "without the memory saving) to explain it.")
         return UnsupportedOpError(
             f"The backward of {name}, a custom torch.autograd.Function in the model, failed inside the "
             f"relevance pass ({message}). A custom Function's backward computes gradients, not "
             f"relevance; the pass can explain it only where its forward runs torch ops on the inputs it "
-            f"was given, not on detached copies.{hint}")
+            f"was given, not on detached copies.{_function_hint(name)}")
 
     def where(self) -> str:
         """Where the running op is, for messages: the innermost module whose
@@ -1199,6 +1223,21 @@ class RelevanceMode(TorchFunctionMode):
                 f"normalisation), or pass strict=False to only report it."
             )
         self.unsupported[key] += 1
+
+
+def _checkpointed(detail: str) -> UnsupportedOpError:
+    return UnsupportedOpError(
+        f"The model checkpoints part of its forward (torch.utils.checkpoint: {detail}), which reruns that "
+        f"part during the backward, outside the relevance pass: it would compute gradients, not relevance. "
+        f"Explain the model with checkpointing off (for DeepGCNLayer: ckpt_grad=False).")
+
+
+def _function_hint(name: str) -> str:
+    if "InvertibleFunction" in name:  # torch_geometric.nn.models.rev_gnn (GroupAddRev)
+        return (" GroupAddRev's InvertibleFunction detaches its inputs and recomputes them in its backward to "
+                "save memory; set disable=True on it (the same forward, run directly, without the memory "
+                "saving) to explain it.")
+    return ""
 
 
 from .rules import _same as _same_input  # noqa: E402  (the identity input modifier)

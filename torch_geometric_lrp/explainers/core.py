@@ -211,6 +211,7 @@ class Pass:
                           f"inputs as autograd sees them (a forward under torch.no_grad(), or detached tensors), so "
                           f"no relevance reaches them: the masks are 0 and the residual is the whole score.",
                           RuntimeWarning, stacklevel=5)
+        self.mode.check_functions(self.out)  # before anything reads a backward of it (walks, seeds)
         self.logits = self.mode.logits_of(self.out)
         return self.out
 
