@@ -453,3 +453,23 @@ def test_a_custom_function_the_pass_cannot_see_into_is_refused_or_reported():
         lrp.explain(model, x, edge_index, index=torch.tensor([1, 2]))
     report = lrp.check_conservation(model, x, edge_index)
     assert any("DetachedTripled" in key for key in report.unsupported) and not report.conserved()
+
+
+def test_strict_false_says_what_ran_without_a_rule():
+    """``strict=False`` explains a model with an op that has no relevance
+    rule (``sin``) with that op's gradient, and says so."""
+
+    class Sine(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+
+        def forward(self, x, edge_index):
+            return self.head(torch.sin(self.conv(x, edge_index)))
+
+    torch.manual_seed(0)
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(lrp.UnsupportedOpError, match="'sin'"):
+        lrp.explain(Sine().eval(), x, edge_index, index=torch.tensor([1]))
+    with pytest.warns(RuntimeWarning, match=r"strict=False.*sin in the model \(Sine\) \(1x\)"):
+        lrp.explain(Sine().eval(), x, edge_index, index=torch.tensor([1]), strict=False)

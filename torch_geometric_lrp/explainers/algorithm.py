@@ -54,8 +54,8 @@ class LRP(ExplainerAlgorithm):
         evidence against the target); ``'abs'`` and ``'positive'`` are views
         for PyG's thresholds and visualisers, which read larger as more important.
     strict : bool
-        Raise on ops without a relevance rule (default) instead of only
-        counting them.
+        Raise on ops without a relevance rule (default). ``False`` runs them
+        with their gradient and warns, naming them (a ``RuntimeWarning``).
     subgraph : bool
         Explain node-level targets on their computation subgraph (default)
         where it proves itself, else on the full graph with a

@@ -131,6 +131,12 @@ class Pass:
 
     def __exit__(self, *exc) -> None:
         self._stack.close()
+        if exc[0] is None and self.mode.unsupported:
+            # strict=False: the ops without a rule ran with their gradient; say which
+            found = ", ".join(f"{name} ({count}x)" for name, count in self.mode.unsupported.items())
+            warnings.warn(f"LRP (strict=False): what has no relevance rule ran with its gradient, so relevance "
+                          f"is not conserved there: {found}. The explanation's residual shows the gap.",
+                          RuntimeWarning, stacklevel=2)
 
     def trim(self, hop: Tensor, num_hops: int) -> Trimming:
         """From here on, the model's layers propagate only the messages that
