@@ -345,6 +345,17 @@ def test_a_conv_layer_wrapping_message_passing_is_one_layer():
     assert found["1.conv.nn"] == found["1.mlp.0"] == found["1.attn.out_proj"] == R.Epsilon(1e-6)
 
 
+def test_a_rule_for_a_name_that_matches_no_module_is_refused():
+    """A misspelt module name in ``rules`` would leave that module on the
+    default rule without a word: refused, naming the key and the model's names."""
+    model, (x, edge_index) = node_model(GCN3, True)
+    with pytest.raises(ValueError, match=r"rules: no module of GCN3 is named 'conv_1'.*'conv1'"):
+        resolve_rules(model, {"conv_1": R.Gamma(0.25)})
+    with pytest.raises(ValueError, match=r"'layers\.\*'"):
+        lrp.explain(model, x, edge_index, index=1, rules={"conv1": R.Gamma(0.25), "layers.*": R.ZPlus()})
+    assert resolve_rules(model, {"conv*": R.ZPlus()})["conv2.lin"] == R.ZPlus()  # a glob that matches
+
+
 def test_composite_rule_is_the_one_used():
     # a single linear layer: Flat gives every input feature the same share
     model = torch.nn.Sequential(torch.nn.Linear(4, 1, bias=False))

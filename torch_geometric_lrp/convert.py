@@ -234,6 +234,13 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     named = list(model.named_modules()) if named is None else named
     graph_layers = _layers(named)
     modules = dict(named)
+    unmatched = [k for k in by_name if k not in modules and not any(fnmatch.fnmatchcase(n, k) for n in modules)]
+    if unmatched:  # a misspelt name would leave its module on the default, silently
+        names = [repr(n) for n in modules if n][:8]
+        raise ValueError(
+            f"rules: no module of {type(model).__name__} is named {', '.join(map(repr, unmatched))} (keys are "
+            f"qualified names as model.named_modules() gives them, glob patterns allowed; this model has "
+            f"{', '.join(names)}{', ...' if len(modules) > 9 else ''}).")
     input_layer = _layer_of(modules, graph_layers, graph_layers[0]) if graph_layers else set()
     output_layer = _output_layer(named, modules, graph_layers) if graph_layers else set()
     resolved: dict[str, Rule] = {}
