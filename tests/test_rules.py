@@ -138,8 +138,34 @@ def test_alpha_beta_rejects_non_conserving_parameters():
 
 
 def test_negative_gamma_is_rejected():
-    with pytest.raises(ValueError, match="gamma must be >= 0"):
+    with pytest.raises(ValueError, match="gamma must be a finite number >= 0"):
         rules.Gamma(-1.0)
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: rules.Epsilon(-1e-3), ValueError, "Epsilon: epsilon must be a finite number >= 0, got epsilon=-0.001"),
+    (lambda: rules.Epsilon(float("inf")), ValueError, "epsilon=inf"),
+    (lambda: rules.Gamma(float("nan")), ValueError, "gamma=nan"),
+    (lambda: rules.Gamma(0.25, epsilon=-1.0), ValueError, "Gamma: epsilon"),
+    (lambda: rules.Gamma("0.25"), TypeError, "Gamma: gamma must be a number, got str"),
+    (lambda: rules.ZPlus(epsilon=-1.0), ValueError, "ZPlus: epsilon"),
+    (lambda: rules.AlphaBeta(2.0, 1.0, epsilon=float("nan")), ValueError, "AlphaBeta: epsilon"),
+    (lambda: rules.ZBox(1.0, 0.0), ValueError, "low <= high"),
+    (lambda: rules.ZBox(torch.zeros(3), torch.tensor([1.0, -1.0, 1.0])), ValueError, "low <= high"),
+    (lambda: rules.ZBox(float("-inf"), 1.0), ValueError, "finite"),
+    (lambda: rules.ZBox(torch.zeros(3), torch.ones(2)), TypeError, "broadcast"),
+])
+def test_rule_parameters_are_checked(make, error, match):
+    """A negative or non-finite stabiliser, gamma, alpha or beta, or box
+    bounds out of order, would give relevance without meaning (a negative
+    epsilon pushes denominators towards 0): refused, naming the parameter."""
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_valid_rule_parameters_are_kept():
+    assert rules.Epsilon(0).epsilon == 0 and rules.Gamma(0.0).gamma == 0.0
+    assert rules.ZBox(torch.zeros(3), torch.ones(3)).epsilon == 1e-6
 
 
 def test_pass_rule_needs_equal_widths():

@@ -29,7 +29,9 @@ stabiliser :func:`stabilize`.
 from __future__ import annotations
 
 import contextvars
+import math
 from contextlib import contextmanager
+from numbers import Real
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, Union
 
@@ -206,6 +208,18 @@ class Rule:
         return r.expand_as(x) if r.shape != x.shape else r, dropped
 
 
+def _check_parameters(rule: Rule, *names: str) -> None:
+    """Each named parameter of ``rule`` is a finite number >= 0 (a negative
+    stabiliser pushes denominators towards 0; NaN or inf gives no relevance)."""
+    for name in names:
+        value = getattr(rule, name)
+        if not isinstance(value, Real) or isinstance(value, bool):
+            raise TypeError(f"{type(rule).__name__}: {name} must be a number, got {type(value).__name__} "
+                            f"{value!r}.")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{type(rule).__name__}: {name} must be a finite number >= 0, got {name}={value}.")
+
+
 @dataclass(frozen=True)
 class Epsilon(Rule):
     r"""LRP-:math:`\epsilon`: :math:`g = R / \mathrm{stab}(z)`, so
@@ -216,6 +230,9 @@ class Epsilon(Rule):
     """
 
     epsilon: float = 1e-6
+
+    def __post_init__(self):
+        _check_parameters(self, "epsilon")
 
     def gradients(self, relevance, outputs):
         s, dropped = divide(relevance, outputs[0], self.epsilon)
@@ -239,8 +256,7 @@ class Gamma(Rule):
     epsilon: float = 1e-6
 
     def __post_init__(self):
-        if self.gamma < 0:
-            raise ValueError(f"Gamma: gamma must be >= 0, got gamma={self.gamma}.")
+        _check_parameters(self, "gamma", "epsilon")
 
     def _modify(self, t: Tensor) -> Tensor:
         return t + self.gamma * t.clamp(min=0)
@@ -280,6 +296,7 @@ class AlphaBeta(Rule):
     epsilon: float = 1e-6
 
     def __post_init__(self):
+        _check_parameters(self, "alpha", "beta", "epsilon")
         if abs(self.alpha - self.beta - 1.0) > 1e-12:
             raise ValueError(
                 f"AlphaBeta: alpha - beta must equal 1 for relevance to be conserved, "
@@ -374,6 +391,18 @@ class ZBox(Rule):
     low: Union[float, Tensor] = 0.0
     high: Union[float, Tensor] = 1.0
     epsilon: float = 1e-6
+
+    def __post_init__(self):
+        _check_parameters(self, "epsilon")
+        try:
+            low, high = torch.as_tensor(self.low, dtype=torch.float64), torch.as_tensor(self.high, dtype=torch.float64)
+            ordered = bool((low <= high).all())
+        except (TypeError, ValueError, RuntimeError) as error:
+            raise TypeError(f"ZBox: low and high must be numbers or tensors that broadcast together, got "
+                            f"low={self.low!r}, high={self.high!r} ({error}).") from error
+        if not (bool(torch.isfinite(low).all()) and bool(torch.isfinite(high).all())) or not ordered:
+            raise ValueError(f"ZBox: the bounds must be finite with low <= high everywhere, got low={self.low!r}, "
+                             f"high={self.high!r}.")
 
     def _low(self, x: Tensor) -> Tensor:
         return torch.as_tensor(self.low, dtype=x.dtype, device=x.device).expand_as(x)
