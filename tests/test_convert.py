@@ -8,6 +8,8 @@ seed); and leave the original model exactly as it was.
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch.nn.functional as F
 from torch_geometric.nn import (
     GATConv, GCNConv, GINConv, MLP, SAGEConv, global_max_pool, global_mean_pool,
@@ -343,6 +345,36 @@ def test_a_conv_layer_wrapping_message_passing_is_one_layer():
     found = resolve_rules(gps)
     assert found["0.conv.nn"] == found["0.mlp.0"] == found["0.attn.out_proj"] == R.ZPlus()
     assert found["1.conv.nn"] == found["1.mlp.0"] == found["1.attn.out_proj"] == R.Epsilon(1e-6)
+
+
+def _layer(kind: str) -> torch.nn.Module:
+    from torch_geometric.nn import DirGNNConv, GPSConv
+    if kind == "gcn":
+        return GCNConv(8, 8)
+    if kind == "dir":
+        return DirGNNConv(GCNConv(8, 8))
+    return GPSConv(8, GINConv(torch.nn.Linear(8, 8)), heads=2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["gcn", "dir", "gps"]), min_size=1, max_size=4), head=st.booleans())
+def test_default_composite_by_position_for_any_stack(kinds, head):
+    """For any stack of graph layers (plain, DirGNNConv, GPSConv), with or
+    without a head: the first layer gets the input rule, the last the output
+    rule where no head follows (else the hidden one), the others the hidden
+    rule, and every module inside a layer its layer's rule."""
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList([_layer(k) for k in kinds])
+    if head:
+        model.head = torch.nn.Linear(8, 2)
+    found = resolve_rules(model)
+    last = len(kinds) - 1
+    for i in range(len(kinds)):
+        expected = DEFAULT_INPUT if i == 0 else DEFAULT_UPPER if i == last and not head else DEFAULT_LOWER
+        inside = {n: r for n, r in found.items() if n == f"layers.{i}" or n.startswith(f"layers.{i}.")}
+        assert len(inside) > 1 and all(r == expected for r in inside.values()), (i, inside)
+    if head:
+        assert found["head"] == DEFAULT_UPPER
 
 
 def test_a_rule_for_a_name_that_matches_no_module_is_refused():
