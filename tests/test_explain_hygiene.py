@@ -348,6 +348,19 @@ def test_modules_outside_the_model_are_explained():
 # ===========================================================================
 # Models whose own autograd machinery reruns or replaces part of the forward
 # ===========================================================================
+class NotReentrant(torch.nn.Module):
+    """A conv run under ``torch.utils.checkpoint(use_reentrant=False)`` (saved-tensor hooks, no Function node)."""
+
+    def __init__(self, conv):
+        super().__init__()
+        self.conv, self.ckpt_grad = conv, True
+
+    def forward(self, x, edge_index):
+        if not self.ckpt_grad:
+            return self.conv(x, edge_index)
+        return torch.utils.checkpoint.checkpoint(self.conv, x, edge_index, use_reentrant=False)
+
+
 class Rerun(torch.nn.Module):
     """``GCN -> ReLU -> (checkpointed or reversible) block -> Linear``."""
 
@@ -358,6 +371,8 @@ class Rerun(torch.nn.Module):
         if block == "checkpoint":
             self.block = DeepGCNLayer(GCNConv(8, 8), torch.nn.LayerNorm(8), torch.nn.ReLU(), block="res+",
                                       ckpt_grad=True)
+        elif block == "checkpoint, not reentrant":
+            self.block = NotReentrant(GCNConv(8, 8))
         else:
             self.block = GroupAddRev(GCNConv(4, 4), num_groups=2)
         self.head = torch.nn.Linear(8, C)
@@ -366,7 +381,8 @@ class Rerun(torch.nn.Module):
         return self.head(self.block(self.conv(x, edge_index).relu(), edge_index))
 
 
-@pytest.mark.parametrize("block, hint", [("checkpoint", "ckpt_grad=False"), ("reversible", "disable=True")])
+@pytest.mark.parametrize("block, hint", [("checkpoint", "ckpt_grad=False"), ("checkpoint, not reentrant", "ckpt_grad=False"),
+                                         ("reversible", "disable=True")])
 def test_a_forward_rerun_in_the_backward_is_refused_with_what_to_do(block, hint):
     """Activation checkpointing (``DeepGCNLayer(ckpt_grad=True)``) and
     ``GroupAddRev``'s invertible Function rerun part of the forward inside
@@ -377,7 +393,7 @@ def test_a_forward_rerun_in_the_backward_is_refused_with_what_to_do(block, hint)
     x, edge_index, _ = inputs("node")
     with pytest.raises(lrp.UnsupportedOpError, match=hint):
         lrp.explain(model, x, edge_index, index=torch.tensor([1, 2]))
-    if block == "checkpoint":  # switched off as the message says
+    if block.startswith("checkpoint"):  # switched off as the message says
         model.block.ckpt_grad = False
     else:
         model.block.disable = True
