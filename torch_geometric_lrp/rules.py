@@ -31,8 +31,8 @@ from __future__ import annotations
 import contextvars
 import math
 from contextlib import contextmanager
-from numbers import Real
 from dataclasses import dataclass
+from numbers import Real
 from typing import Callable, Iterator, Optional, Sequence, Union
 
 import torch
@@ -395,7 +395,7 @@ class ZBox(Rule):
     def __post_init__(self):
         _check_parameters(self, "epsilon")
         try:
-            low, high = torch.as_tensor(self.low, dtype=torch.float64), torch.as_tensor(self.high, dtype=torch.float64)
+            low, high = torch.as_tensor(self.low), torch.as_tensor(self.high)
             ordered = bool((low <= high).all())
         except (TypeError, ValueError, RuntimeError) as error:
             raise TypeError(f"ZBox: low and high must be numbers or tensors that broadcast together, got "
