@@ -381,7 +381,8 @@ class Rerun(torch.nn.Module):
         return self.head(self.block(self.conv(x, edge_index).relu(), edge_index))
 
 
-@pytest.mark.parametrize("block, hint", [("checkpoint", "ckpt_grad=False"), ("checkpoint, not reentrant", "ckpt_grad=False"),
+@pytest.mark.parametrize("block, hint", [("checkpoint", "ckpt_grad=False"),
+                                         ("checkpoint, not reentrant", "ckpt_grad=False"),
                                          ("reversible", "disable=True")])
 def test_a_forward_rerun_in_the_backward_is_refused_with_what_to_do(block, hint):
     """Activation checkpointing (``DeepGCNLayer(ckpt_grad=True)``) and
