@@ -490,3 +490,79 @@ def test_strict_false_says_what_ran_without_a_rule():
         lrp.explain(Sine().eval(), x, edge_index, index=torch.tensor([1]))
     with pytest.warns(RuntimeWarning, match=r"strict=False.*sin in the model \(Sine\) \(1x\)"):
         lrp.explain(Sine().eval(), x, edge_index, index=torch.tensor([1]), strict=False)
+
+
+class MlpHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(F_IN, 8)
+        self.head = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, C))
+
+    def forward(self, x, edge_index):
+        return self.head(self.conv(x, edge_index).relu())
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:DeprecationWarning")
+@pytest.mark.parametrize("how", ["script", "trace"])
+def test_a_torchscript_module_is_refused_naming_it(how):
+    """The ops inside a TorchScript module never reach the pass, so its
+    autograd nodes carried relevance as gradients: the explanation of a
+    scripted head differed from the plain head's, silently, before. Now
+    refused, naming the module; ``strict=False`` reports it."""
+    torch.manual_seed(0)
+    plain = MlpHead().eval()
+    scripted = copy.deepcopy(plain)
+    scripted.head = torch.jit.script(plain.head) if how == "script" else torch.jit.trace(plain.head, torch.randn(2, 8))
+    x, edge_index, _ = inputs("node")
+    index = torch.tensor([1, 2])
+    torch.testing.assert_close(scripted(x, edge_index), plain(x, edge_index))
+    with pytest.raises(lrp.UnsupportedOpError, match=r"did not see run.*TorchScript modules: 'head'"):
+        lrp.explain(scripted, x, edge_index, index=index)
+    with pytest.warns(RuntimeWarning, match="an op the pass did not see"):
+        lrp.explain(scripted, x, edge_index, index=index, strict=False)
+    assert_conserved(lrp.explain(plain, x, edge_index, index=index))
+
+
+def test_a_scripted_function_that_only_selects_is_explained():
+    """What matters is whether an unseen op mixes values: a TorchScript
+    function that only selects columns has the gradient of a copy, which is
+    its relevance, so it is explained like the eager function."""
+
+    @torch.jit.script
+    def first_columns(h: torch.Tensor) -> torch.Tensor:
+        return h[:, :4]
+
+    class Net(torch.nn.Module):
+        def __init__(self, select):
+            super().__init__()
+            self.select = select
+            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(4, C)
+
+        def forward(self, x, edge_index):
+            return self.head(self.select(self.conv(x, edge_index).relu()))
+
+    x, edge_index, _ = inputs("node")
+    found = []
+    for select in (first_columns, lambda h: h[:, :4]):
+        torch.manual_seed(0)
+        found.append(lrp.explain(Net(select).eval(), x, edge_index, index=torch.tensor([1, 2])))
+    torch.testing.assert_close(found[0].node_mask, found[1].node_mask)
+    torch.testing.assert_close(found[0].edge_mask, found[1].edge_mask)
+
+
+def test_an_op_without_a_rule_is_reported_once():
+    """With ``strict=False``, an op without a rule is counted where it runs
+    and not again by the walk over the autograd graph."""
+
+    class Sine(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+
+        def forward(self, x, edge_index):
+            return self.head(torch.sin(self.conv(x, edge_index)))
+
+    torch.manual_seed(0)
+    x, edge_index, _ = inputs("node")
+    report = lrp.check_conservation(Sine().eval(), x, edge_index)
+    assert list(report.unsupported) == ["sin in the model (Sine)"]

@@ -386,3 +386,23 @@ def test_nothing_after_the_forward_is_routed(routed, subgraph):
     assert any(c != "returned" for c in calls)  # the relevance forward is routed
     assert calls[-1] == "returned"  # and nothing after it
     assert abs(explanation.residual) < 1e-9 * max(1.0, abs(explanation.score))
+
+
+def test_the_pass_forgets_a_tensor_when_it_dies():
+    """The pass keeps per-tensor facts (the map a tensor ends, weights made of
+    parameters) by identity: an entry goes with its tensor, and a new tensor
+    that gets the old one's id (CPython reuses them) sees nothing."""
+    import gc
+    import weakref
+    from torch_geometric_lrp.mode import _ByIdentity
+
+    facts = _ByIdentity()
+    t, other = torch.zeros(2), torch.ones(2)
+    facts[t] = "map of t"
+    assert facts.get(t) == "map of t" and t in facts and other not in facts and facts
+    facts._data[id(other)] = (weakref.ref(t), "stale")  # as if `other` reused a dead tensor's id
+    assert facts.get(other) is None and other not in facts
+    del facts._data[id(other)]
+    del t
+    gc.collect()
+    assert not facts and facts._data == {}

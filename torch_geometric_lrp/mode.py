@@ -55,7 +55,6 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 from torch.overrides import TorchFunctionMode, resolve_name
-from torch.utils.weak import WeakIdKeyDictionary
 
 from torch_geometric.nn.conv.dna_conv import restricted_softmax as _restricted_softmax
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as _gcn_norm
@@ -606,13 +605,40 @@ def _walk(args, kwargs, fn):
     return out, {k: fn(v, k) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
 
 
+def _tensors_of(args, kwargs) -> list:
+    """``(tensor, key)`` of every tensor of ``args`` (and of lists in them)
+    and ``kwargs``, in :func:`_walk`'s order."""
+    found = []
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            found.append((a, i))
+        elif isinstance(a, (list, tuple)):
+            found.extend((t, (i, j)) for j, t in enumerate(a) if isinstance(t, Tensor))
+    if kwargs:
+        found.extend((v, k) for k, v in kwargs.items() if isinstance(v, Tensor))
+    return found
+
+
+def _filled(args, kwargs, values: list):
+    """``args`` and ``kwargs`` with their tensors replaced by ``values``, in
+    :func:`_tensors_of`'s order."""
+    todo = iter(values)
+    out = []
+    for a in args:
+        if isinstance(a, Tensor):
+            out.append(next(todo))
+        elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
+            out.append(type(a)([next(todo) if isinstance(t, Tensor) else t for t in a]))
+        else:
+            out.append(a)
+    if kwargs:
+        kwargs = {k: next(todo) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
+    return out, kwargs
+
+
 def _value_of(t: Tensor) -> Tensor:
     """A tensor operand as a constant of the pass."""
     return t.detach() if t.requires_grad else t
-
-
-def _plain_operand(t: Tensor, key) -> Tensor:
-    return _value_of(t)
 
 
 def _columns_of(source: Tensor, indices: Tensor) -> Optional[list]:
@@ -639,6 +665,37 @@ def _columns_of(source: Tensor, indices: Tensor) -> Optional[list]:
         return None
     columns = [first + k * (indices.stride(1) // step) for k in range(indices.shape[1])]
     return columns if all(0 <= c < width for c in columns) else None
+
+
+class _ByIdentity:
+    """``{tensor: value}`` by identity, each entry dropped when its tensor
+    dies: :class:`torch.utils.weak.WeakIdKeyDictionary` for the three
+    operations the pass needs, at a fraction of its per-call cost (it runs a
+    few times for every op of the pass). Values are never ``None``."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data: dict = {}  # id(tensor) -> (weak reference, value)
+
+    def get(self, t: Tensor):
+        entry = self._data.get(id(t))
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def __contains__(self, t: Tensor) -> bool:
+        return self.get(t) is not None
+
+    def __setitem__(self, t: Tensor, value) -> None:
+        key, data = id(t), self._data
+
+        def drop(ref, key=key, data=data):  # the tensor died: its id may be reused
+            entry = data.get(key)
+            if entry is not None and entry[0] is ref:
+                del data[key]
+        data[key] = (weakref.ref(t, drop), value)
+
+    def __bool__(self) -> bool:
+        return bool(self._data)
 
 
 class RelevanceMode(TorchFunctionMode):
@@ -680,18 +737,19 @@ class RelevanceMode(TorchFunctionMode):
         self._gates: set = set()  # grad_fn of sigmoid / softmax outputs (gates in a product)
         # output of a linear op -> (rule, stream outputs): where a linear op
         # that consumes it continues the map
-        self._maps = WeakIdKeyDictionary()
+        self._maps = _ByIdentity()
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
         self._nonzero: dict = {}  # (id(parameter), modifier) -> whether that has a non-zero entry
         # weights made of parameters in the forward (RGCNConv's weight[i], a basis
         # decomposition comp @ W): the rules modify them like the parameters
-        self._weights = WeakIdKeyDictionary()
+        self._weights = _ByIdentity()
         # the first op whose output (carrying relevance) is not finite;
         # tracked op by op only once a watched input is not finite (no cost otherwise)
         self._track_nonfinite = False
         self.first_nonfinite: Optional[str] = None
         # integer inputs whose embedding lookups start relevance (watch_lookups)
         self._sources: list = []
+        self._reported: set = set()  # grad_fn of ops counted in unsupported (strict=False)
         self._functions_checked = None  # the grad_fn of the last output check_functions walked from
         self.lookups: list = []  # (name, columns, watched output) per lookup, in order
 
@@ -795,11 +853,10 @@ class RelevanceMode(TorchFunctionMode):
             # a number added to a signal is a constant term: as a tensor, what it absorbs is measured
             args = (args[0], torch.tensor(args[1], dtype=args[0].dtype, device=args[0].device), *args[2:])
         # the tensor operands and their roles, in _walk's order (found once, used per stream)
-        operands: list = []
-        _walk(args, kwargs, lambda t, key: operands.append((t, self._role(name, kind, t, key))))
+        operands = [(t, self._role(name, kind, t, key)) for t, key in _tensors_of(args, kwargs)]
         if not any(r == "signal" for _, r in operands):
             # relevance only in a shape or dtype reference (expand_as, type_as)
-            a, kw = _walk(args, kwargs, _plain_operand)
+            a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
             return fn(*a, **kw)
         if kind == "copy" and not any(r == "input" for _, r in operands) and \
                 not any(r == "signal" and t in self._maps for t, r in operands):
@@ -809,18 +866,15 @@ class RelevanceMode(TorchFunctionMode):
             return NotImplemented
         streams = rule.streams()
         outputs = []
-        with torch.enable_grad():
+        with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
             for k, stream in enumerate(streams):
-                todo = iter(operands)
-                a, kw = _walk(args, kwargs, lambda t, key, todo=todo, k=k, stream=stream:
-                              self._stream_arg(*next(todo), rule, k, stream))
+                a, kw = _filled(args, kwargs, [self._stream_arg(t, r, rule, k, stream) for t, r in operands])
                 outputs.append(fn(*a, **kw))
         if len(streams) == 1 and streams[0].identity:
             value = outputs[0]
-        else:
-            with torch.no_grad():
-                a, kw = _walk(args, kwargs, _plain_operand)
-                value = fn(*a, **kw)
+        else:  # every operand a constant: no graph is built
+            a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
+            value = fn(*a, **kw)
         return self._register(value, rule, outputs)
 
     def _is_weight(self, name: str, args) -> bool:
@@ -1059,25 +1113,37 @@ class RelevanceMode(TorchFunctionMode):
         return result
 
     def check_functions(self, out: Tensor) -> None:
-        """No custom autograd Function of the model's own lies between ``out``
-        and the explained inputs: its backward would stand in for the
-        relevance rules there and give gradients. (A Function whose forward
-        runs torch ops on the tensors it is given never gets there: the mode
-        routes those ops, and their relevance graph replaces its backward.)
-        With ``strict=False`` each such Function is counted in
-        :attr:`unsupported` instead. One walk of the autograd graph: tens of
-        nodes per layer, whatever the graph's size, once per output."""
+        """Every op between ``out`` and the explained inputs ran where the
+        pass saw it. Outside the linear maps (whose streams are ordinary
+        autograd by design) the autograd graph may hold only the relevance
+        Functions and nodes of ops that copy or select values, whose gradient
+        is their relevance rule. Refused (or, with ``strict=False``, counted
+        in :attr:`unsupported`):
+
+        * a custom autograd Function of the model's own: its backward would
+          stand in for the relevance rules and give gradients (a Function
+          whose forward runs torch ops on the tensors it is given never gets
+          there: the mode routes those ops, and their relevance graph replaces
+          its backward);
+        * any other node that mixes values, made by an op the mode never saw
+          (TorchScript, compiled regions, extension ops that skip torch's
+          function dispatch).
+
+        One walk of the autograd graph: tens of nodes per layer, whatever the
+        graph's size, once per output."""
         if out.grad_fn is None or out.grad_fn is self._functions_checked:
             return
         self._functions_checked = out.grad_fn
-        seen, todo = set(), [out.grad_fn]
+        seen, todo = set(), [(out.grad_fn, False)]
         while todo:
-            node = todo.pop()
+            node, inside = todo.pop()  # inside: between a map's close and its opens (the streams' own ops)
             if node is None or node in seen:
                 continue
             seen.add(node)
             cls = getattr(node, "_forward_cls", None)
-            if cls is not None and not cls.__module__.startswith("torch_geometric_lrp."):
+            if cls is not None and cls.__module__.startswith("torch_geometric_lrp."):
+                inside = cls is maps._Close or (inside and cls is not maps._Open)
+            elif cls is not None:
                 name = f"{cls.__module__}.{cls.__qualname__}"
                 if cls.__module__ == "torch.utils.checkpoint":  # its backward cannot run under the pass
                     raise _checkpointed(f"{name} in the autograd graph")
@@ -1087,9 +1153,39 @@ class RelevanceMode(TorchFunctionMode):
                         f"tensors the relevance pass does not see (detached copies), so its own backward "
                         f"would stand in for the relevance rules and give gradients, not relevance. Write "
                         f"its forward with torch ops on the tensors it is given (the pass then routes "
-                        f"them), or pass strict=False to only report it.{_function_hint(name)}")
+                        f"them), or pass strict=False to only report it.{_function_hint(name)}"
+                    f"{self._invisible_modules()}")
                 self.unsupported[f"{name} (custom autograd Function)"] += 1
-            todo.extend(next_node for next_node, _ in node.next_functions)
+            elif not inside and node not in self._reported and _node_name(node) not in _COPY_NODES:
+                self._unseen(node)
+            todo.extend((next_node, inside) for next_node, _ in node.next_functions)
+
+    def _invisible_modules(self) -> str:
+        """The model's submodules whose ops the pass cannot see, for messages."""
+        if self._model is None:
+            return ""
+        found = [(n, m) for n, m in self._model.named_modules()]
+        scripted = [f"'{n}' ({type(m).__name__})" for n, m in found if isinstance(m, torch.jit.ScriptModule)]
+        compiled = [f"'{n}'" for n, m in found if type(m).__name__ == "OptimizedModule" and n]
+        return (f" The model holds TorchScript modules: {', '.join(scripted)}." if scripted else "") + (
+            f" The model holds torch.compile-d modules: {', '.join(compiled)} (put the module behind each, its "
+            f"'_orig_mod', in its place to explain it)." if compiled else "")
+
+    def _unseen(self, node) -> None:
+        """``node`` of the autograd graph mixes values but was made by an op
+        the mode never saw (TorchScript, a compiled region, an extension op
+        that skips torch's function dispatch): its gradient would stand in
+        for a relevance rule."""
+        name = node.name()
+        if self.strict:
+            raise UnsupportedOpError(
+                f"'{name}' in the autograd graph of the explained output was made by an op the relevance pass "
+                f"did not see run, so relevance would pass through it as a gradient, not by a rule. Ops inside "
+                f"TorchScript (torch.jit.script / trace), compiled regions and extension ops that bypass torch's "
+                f"function dispatch are invisible to the pass.{self._invisible_modules()} Explain the model with "
+                f"its plain Python "
+                f"modules and functions, or pass strict=False to only report it.")
+        self.unsupported[f"{name} (an op the pass did not see)"] += 1
 
     def _custom_backward_failed(self, error: RuntimeError) -> RuntimeError:
         """``error`` from the backward, explained where the model's own autograd
@@ -1210,10 +1306,10 @@ class RelevanceMode(TorchFunctionMode):
                 args[0].copy_(maps.held(args[0].detach().clone(), "constant"))
         out = func(*args, **kwargs)
         if name not in COPIES and _carries(out):
-            self._report(name)
+            self._report(name, out)
         return out
 
-    def _report(self, name: str) -> None:
+    def _report(self, name: str, out=None) -> None:
         key = f"{name} in {self.where()}"
         if self.strict:
             raise UnsupportedOpError(
@@ -1223,6 +1319,26 @@ class RelevanceMode(TorchFunctionMode):
                 f"normalisation), or pass strict=False to only report it."
             )
         self.unsupported[key] += 1
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, Tensor) and t.grad_fn is not None:
+                self._reported.add(t.grad_fn)  # counted here: the graph walk skips it
+
+
+# Autograd nodes of ops that only copy, select or move values: where the pass
+# runs such an op with plain autograd, its gradient is the relevance rule.
+# Anything else outside a map ran where the pass could not see it.
+_COPY_NODES = frozenset([f"torch::autograd::{name}" for name in ("AccumulateGrad", "CopySlices", "CopyBackwards",
+                                                                  "CppNode<GatherCSR>")] + [
+    f"{name}Backward" for name in """View UnsafeView ReshapeAlias Alias AsStrided Expand Repeat Cat Stack T Transpose
+    Permute Squeeze Unsqueeze Clone Select Slice Index IndexSelect Gather Take MaskedSelect Split SplitWithSizes
+    Unbind ToCopy MaskedFill IndexFill Flip Roll ConstantPadNd ReflectionPad1D ReflectionPad2D ReflectionPad3D
+    ReplicationPad1D ReplicationPad2D ReplicationPad3D Where Sort Topk IndexPut IndexCopy Values
+    SparseCooTensorWithDimsAndTensors""".split()])
+
+
+def _node_name(node) -> str:
+    """``ViewBackward0`` -> ``ViewBackward``."""
+    return node.name().rstrip("0123456789")
 
 
 def _checkpointed(detail: str) -> UnsupportedOpError:
