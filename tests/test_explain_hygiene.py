@@ -4,6 +4,7 @@ other explainers on the same model."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -566,3 +567,72 @@ def test_an_op_without_a_rule_is_reported_once():
     x, edge_index, _ = inputs("node")
     report = lrp.check_conservation(Sine().eval(), x, edge_index)
     assert list(report.unsupported) == ["sin in the model (Sine)"]
+
+
+def test_a_no_grad_region_of_the_forward_is_a_constant():
+    """What a forward computes under ``torch.no_grad()`` is a constant of the
+    pass, as autograd sees it, like an explicit ``detach()``. A view made
+    there still says ``requires_grad`` (without a ``grad_fn``): relevance
+    reaching it vanished before, unmeasured (here a residual of 2.6 times
+    the score); now what the constant takes is measured as absorbed."""
+
+    class SideHead(torch.nn.Module):
+        def __init__(self, how):
+            super().__init__()
+            self.how = how
+            self.conv, self.head, self.side = GCNConv(F_IN, 8), torch.nn.Linear(8, C), torch.nn.Linear(4, C)
+
+        def forward(self, x, edge_index):
+            h = self.conv(x, edge_index).relu()
+            if self.how == "no_grad":
+                with torch.no_grad():
+                    side = h[:, :4]
+            else:
+                side = h[:, :4].detach()
+            return self.head(h) + self.side(side)
+
+    x, edge_index, _ = inputs("node")
+    found = []
+    for how in ("no_grad", "detach"):
+        torch.manual_seed(0)
+        found.append(lrp.explain(SideHead(how).eval(), x, edge_index, index=torch.tensor([1, 2])))
+    assert_conserved(found[0])
+    assert abs(found[0].absorbed) > 0.01 * abs(found[0].score)  # the side term's share
+    torch.testing.assert_close(found[0].node_mask, found[1].node_mask)
+    torch.testing.assert_close(found[0].edge_mask, found[1].edge_mask)
+
+
+def test_relevance_that_does_not_add_up_is_reported():
+    """A gradient hook in the forward (here a gradient reversal, as in
+    domain-adversarial training) acts on relevance too, unseen by any rule:
+    it flipped the explanation's sign without a word before. Every op
+    reports what it keeps, so the residual exposes it: a warning says the
+    accounting does not add up. The model without the hook gets none."""
+
+    class Reversed(torch.nn.Module):
+        def __init__(self, hook):
+            super().__init__()
+            self.hook = hook
+            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+
+        def forward(self, x, edge_index):
+            h = self.conv(x, edge_index).relu()
+            if self.hook and h.requires_grad:
+                h.register_hook(lambda grad: -grad)
+            return self.head(h)
+
+    x, edge_index, _ = inputs("node")
+    torch.manual_seed(0)
+    plain = Reversed(False).eval()
+    hooked = copy.deepcopy(plain)
+    hooked.hook = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_conserved(lrp.explain(plain, x, edge_index, index=torch.tensor([1, 2])))
+    with pytest.warns(RuntimeWarning, match=r"Reversed does not add up.*residual"):
+        lrp.explain(hooked, x, edge_index, index=torch.tensor([1, 2]))
+    with pytest.warns(RuntimeWarning, match=r"Reversed in the batch of target nodes 1 to 2 does not add up"):
+        lrp.explain_nodes(hooked, x, edge_index, torch.tensor([1, 2]))
+    with pytest.warns(RuntimeWarning, match=r"Reversed at target node 1 does not add up") as found:
+        lrp.explain_nodes(hooked, x, edge_index, torch.tensor([1, 2]), strategy="shared")
+    assert sum("does not add up" in str(w.message) for w in found) == 1  # once per call

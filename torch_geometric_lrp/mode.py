@@ -636,6 +636,31 @@ def _filled(args, kwargs, values: list):
     return out, kwargs
 
 
+_FUNCTION_APPLY = torch.autograd.Function.apply.__func__.__code__
+
+
+def _in_function_forward() -> bool:
+    """A custom autograd Function's ``forward`` is running (autograd runs it
+    without grad): found on the Python stack, looked up only where grad is
+    off."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is _FUNCTION_APPLY:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _detached(out):
+    """``out`` (a tensor, or a tuple or list of them) with every tensor detached."""
+    if isinstance(out, Tensor):
+        return out.detach() if out.requires_grad else out
+    if isinstance(out, (tuple, list)) and any(isinstance(t, Tensor) and t.requires_grad for t in out):
+        items = [t.detach() if isinstance(t, Tensor) and t.requires_grad else t for t in out]
+        return type(out)(items) if type(out) in (tuple, list) else type(out)(tuple(items))
+    return out
+
+
 def _value_of(t: Tensor) -> Tensor:
     """A tensor operand as a constant of the pass."""
     return t.detach() if t.requires_grad else t
@@ -1270,6 +1295,15 @@ class RelevanceMode(TorchFunctionMode):
             if name not in _AUTOGRAD_METADATA:
                 _METADATA_FUNCS.add(func)
             return func(*args, **kwargs)
+        if not torch.is_grad_enabled() and not _in_function_forward():
+            # The forward runs this op under torch.no_grad(): its result is a
+            # constant of the pass, as autograd sees it (and as a bias, a gate
+            # or a constant operand later, what it takes is measured). A view
+            # made under no_grad would still say requires_grad, without a
+            # grad_fn: relevance reaching it would vanish, unmeasured. (The
+            # forward of a custom autograd Function runs without grad too; its
+            # ops are routed: see check_functions.)
+            return _detached(func(*args, **kwargs))
         kind = LINEAR_OPS.get(name)
         if kind is not None:
             rule = self.current_rule()

@@ -16,7 +16,7 @@ from ..rules import Rule
 from . import distributed as shard
 from . import core
 from .core import (InFull, Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
-                   full_output, input_total, on_cut, on_graph, proves_lean_cuts)
+                   full_output, input_total, on_cut, on_graph, proves_lean_cuts, warn_if_not_conserved)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out_each, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
@@ -422,6 +422,11 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
             reference = reference if reference is not None else parts.reference
             b = _cut_batch(chunk, hops, edge_index, n, flow, graph, strategy, settings, False)
             parts = _run_batch(b, reference=reference, **run)
+        if settings.strict and not settings.residual_warned:  # one warning per call, at the first target
+            settings.residual_warned = any(
+                warn_if_not_conserved(model, p.score, input_total(p.relevance, p.edge_attr), *p.accounting,
+                                      what=f" at target node {p.position}")
+                for p in parts if p.accounting is not None)
         yield parts
 
 
@@ -574,6 +579,11 @@ def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, 
         return result
     if settings.mode is None:
         settings.mode = result.mode  # read off the first batch: the same for all
+    if chunk.numel() > 1 and settings.strict and not settings.residual_warned:
+        # the targets' accounting is measured for the batch as a whole
+        settings.residual_warned = warn_if_not_conserved(
+            model, result.score, input_total(result.node, result.edge_attr), result.absorbed, result.lost,
+            what=f" in the batch of target nodes {chunk[0].item()} to {chunk[-1].item()}")
     parts = []
     for k, (t, c) in enumerate(zip(chunk.tolist(), own)):
         rows = slice(node_starts[k], node_starts[k] + c.num_nodes)

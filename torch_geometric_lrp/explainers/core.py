@@ -74,6 +74,8 @@ class Settings:
     # cleared for the rest of a call once such a pass fails its check (the
     # model reads out-degrees, or propagates more often than counted).
     lean: bool = True
+    # A residual warning was given (one per call; see warn_if_not_conserved).
+    residual_warned: bool = False
 
 
 @dataclass
@@ -374,7 +376,43 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
     """Relevance of the outputs ``rows`` of ``model(x, edge_index, **kwargs)``
     (all rows for ``None``), for ``target`` (default: the prediction), placed
     on the input graph. Node-level rows are explained on their computation
-    subgraph where that proves itself."""
+    subgraph where that proves itself. A residual beyond float error is
+    reported (:func:`warn_if_not_conserved`)."""
+    result = _explain_rows(model, x, edge_index, kwargs, rows, target, settings)
+    if settings.strict:  # strict=False warns about what it let through already
+        total = input_total(result.node, result.edge_attr) if result.total is None else result.total
+        warn_if_not_conserved(model, result.score, total, result.absorbed, result.lost)
+    return result
+
+
+#: A residual above this share of the relevance involved (score, inputs,
+#: absorbed, lost) is reported: float error stays orders of magnitude below.
+RESIDUAL_WARNING = 1e-3
+
+
+def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, absorbed: float, lost: float,
+                          what: str = "") -> bool:
+    """Warn (and return ``True``) where the accounting does not add up:
+    every op that takes relevance reports what it keeps, so a residual
+    ``score - inputs - absorbed - lost`` beyond float error means that some
+    op changed relevance unseen. (An output that does not depend on the
+    inputs has been warned about where the pass found it.)"""
+    if total == 0 and absorbed == 0 and lost == 0:
+        return False
+    residual = score - total - absorbed - lost
+    scale = abs(score) + abs(total) + abs(absorbed) + abs(lost)
+    if abs(residual) <= RESIDUAL_WARNING * scale + 1e-9:
+        return False
+    warnings.warn(f"LRP: the relevance of {type(unwrap(model)).__name__}{what} does not add up: score {score:.6g} = "
+                  f"inputs {total:.6g} + absorbed {absorbed:.6g} + lost {lost:.6g} leaves a residual of "
+                  f"{residual:.3g}, so some op changed relevance without a rule seeing it (a gradient hook on a "
+                  f"tensor of the forward, for example). lrp.check_conservation(model, ...) shows which module it "
+                  f"happens in.", RuntimeWarning, stacklevel=4)
+    return True
+
+
+def _explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
+                  target: Optional[Tensor], settings: Settings) -> Relevance:
     _materialize(model, x, edge_index, kwargs)
     if rows is not None:  # given as a list or int, made on the CPU: where the graph is
         rows = rows.to(next(iter(x.values())).device if isinstance(x, dict) else x.device)
