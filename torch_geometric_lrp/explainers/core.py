@@ -377,7 +377,7 @@ def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, ro
     (all rows for ``None``), for ``target`` (default: the prediction), placed
     on the input graph. Node-level rows are explained on their computation
     subgraph where that proves itself. A residual beyond float error is
-    reported (:func:`warn_if_not_conserved`)."""
+    reported (``warn_if_not_conserved``)."""
     result = _explain_rows(model, x, edge_index, kwargs, rows, target, settings)
     if settings.strict:  # strict=False warns about what it let through already
         total = input_total(result.node, result.edge_attr) if result.total is None else result.total
