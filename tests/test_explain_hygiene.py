@@ -636,3 +636,40 @@ def test_relevance_that_does_not_add_up_is_reported():
     with pytest.warns(RuntimeWarning, match=r"Reversed at target node 1 does not add up") as found:
         lrp.explain_nodes(hooked, x, edge_index, torch.tensor([1, 2]), strategy="shared")
     assert sum("does not add up" in str(w.message) for w in found) == 1  # once per call
+
+
+@pytest.mark.parametrize("weights", ["leaf", "computed"])
+def test_an_input_that_requires_grad_is_a_constant(weights):
+    """An input the explanation is not about (a learned ``edge_weight``,
+    computed by another module or made a leaf that requires grad) is a
+    constant of the pass. Before, it carried half of each message's
+    relevance out of the pass, silently: the node mask was half of what it
+    is with the same weights detached."""
+
+    class Weighted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+
+        def forward(self, x, edge_index, edge_weight=None):
+            return self.head(self.conv(x, edge_index, edge_weight).relu())
+
+    torch.manual_seed(0)
+    model = Weighted().eval()
+    x, edge_index, _ = inputs("node")
+    plain = torch.rand(edge_index.shape[1])
+    given = plain.clone().requires_grad_() if weights == "leaf" else \
+        torch.sigmoid(torch.nn.Linear(1, 1)(plain[:, None])).squeeze(-1)
+    constant = given.detach()
+    explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type="attributes",
+                          edge_mask_type="object", model_config=dict(mode="multiclass_classification",
+                                                                      task_level="node", return_type="raw"))
+    for explain in (lambda w: lrp.explain(model, x, edge_index, index=torch.tensor([1, 2]), edge_weight=w),
+                    lambda w: explainer(x, edge_index, index=torch.tensor([1, 2]), edge_weight=w)):
+        found, expected = explain(given), explain(constant)
+        torch.testing.assert_close(found.node_mask, expected.node_mask)
+        torch.testing.assert_close(found.edge_mask, expected.edge_mask)
+    assert not given.is_leaf or given.grad is None
+    # the conservation check reads it as a constant too
+    report = lrp.check_conservation(model, x, edge_index, edge_weight=given)
+    assert report.conserved(), report

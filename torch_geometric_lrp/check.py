@@ -139,6 +139,12 @@ def check_conservation(
             args[int(name)] = leaf
         else:
             kwargs[name] = leaf
+    # the other arguments are constants: one that still requires grad from an
+    # earlier computation would carry relevance out of the pass
+    args = [a.detach() if str(i) not in carriers and isinstance(a, Tensor) and a.requires_grad else a
+            for i, a in enumerate(args)]
+    kwargs = {k: v.detach() if k not in carriers and isinstance(v, Tensor) and v.requires_grad else v
+              for k, v in kwargs.items()}
 
     layers = {n: LayerRelevance(n, type(m).__name__) for n, m in model.named_modules() if n}
     hooks = []

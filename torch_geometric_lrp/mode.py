@@ -1205,11 +1205,12 @@ class RelevanceMode(TorchFunctionMode):
         if self.strict:
             raise UnsupportedOpError(
                 f"'{name}' in the autograd graph of the explained output was made by an op the relevance pass "
-                f"did not see run, so relevance would pass through it as a gradient, not by a rule. Ops inside "
-                f"TorchScript (torch.jit.script / trace), compiled regions and extension ops that bypass torch's "
-                f"function dispatch are invisible to the pass.{self._invisible_modules()} Explain the model with "
-                f"its plain Python "
-                f"modules and functions, or pass strict=False to only report it.")
+                f"did not see run, so relevance would pass through it as a gradient, not by a rule. The pass "
+                f"does not see ops inside TorchScript (torch.jit.script / trace), compiled regions and extension "
+                f"ops that bypass torch's function dispatch, nor those that made a tensor before the forward "
+                f"(a tensor the model reads, such as a module attribute, that still requires grad from an "
+                f"earlier computation: detach it).{self._invisible_modules()} Explain the model with its plain "
+                f"Python modules and functions, or pass strict=False to only report it.")
         self.unsupported[f"{name} (an op the pass did not see)"] += 1
 
     def _custom_backward_failed(self, error: RuntimeError) -> RuntimeError:

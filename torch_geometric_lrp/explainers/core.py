@@ -112,6 +112,20 @@ def _usable(value):
     return value
 
 
+def _given(value):
+    """A model input that is not explained, as the pass reads it: usable
+    (:func:`_usable`) and a constant, detached. (One that still requires
+    grad from an earlier computation, a learned ``edge_weight`` for example,
+    would carry relevance out of the pass into that computation.) The
+    explained inputs are watched afresh."""
+    if isinstance(value, dict):
+        return {k: _given(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_given(v) for v in value)
+    value = _usable(value)
+    return value.detach() if isinstance(value, Tensor) and value.requires_grad else value
+
+
 class Pass:
     """One relevance pass of the user's ``model`` (a context manager):
     :meth:`forward` with the explained inputs watched, then :meth:`relevance`
@@ -163,7 +177,7 @@ class Pass:
     def forward(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
         """The forward whose relevance :meth:`relevance` gives; the inputs
         ``x`` and ``edge_attr`` (when floating) carry relevance."""
-        kwargs = {k: _usable(v) for k, v in kwargs.items()}
+        kwargs = {k: _given(v) for k, v in kwargs.items()}
         if isinstance(x, dict):  # a heterogeneous graph: one watched input per type
             return self._forward_hetero(x, edge_index, kwargs)
         edge_index = _usable(edge_index)
