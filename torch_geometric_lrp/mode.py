@@ -1179,7 +1179,7 @@ class RelevanceMode(TorchFunctionMode):
                         f"would stand in for the relevance rules and give gradients, not relevance. Write "
                         f"its forward with torch ops on the tensors it is given (the pass then routes "
                         f"them), or pass strict=False to only report it.{_function_hint(name)}"
-                    f"{self._invisible_modules()}")
+                        f"{self._invisible_modules()}")
                 self.unsupported[f"{name} (custom autograd Function)"] += 1
             elif not inside and node not in self._reported and _node_name(node) not in _COPY_NODES:
                 self._unseen(node)
