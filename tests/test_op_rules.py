@@ -225,6 +225,28 @@ def test_a_dropped_in_place_result_is_refused():
         lrp.explain(model, x, edge_index, index=torch.arange(4))
 
 
+class ScalesItsInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = pyg_nn.GCNConv(8, 6), torch.nn.Linear(6, 3)
+
+    def forward(self, x, edge_index):
+        x.mul_(2.0)  # on the explained input itself, the result dropped
+        return self.head(self.conv(x, edge_index).relu())
+
+
+@pytest.mark.parametrize("subgraph", [True, False])
+def test_a_dropped_in_place_result_on_the_input_is_refused(subgraph):
+    """The explained input is a leaf of the pass: an in-place op on it runs
+    out of place like any other. Its dropped result was not checked before,
+    so the pass explained the model without the doubling, silently (on the
+    full graph; on a subgraph the check forward happened to double x)."""
+    torch.manual_seed(0)
+    x, edge_index, _ = graph()
+    with pytest.raises(UnsupportedOpError, match=r"in-place ops .*'mul_' in the model \(ScalesItsInput\)"):
+        lrp.explain(ScalesItsInput().double(), x, edge_index, index=torch.arange(4), subgraph=subgraph)
+
+
 class InPlaceUsed(torch.nn.Module):
     def __init__(self):
         super().__init__()

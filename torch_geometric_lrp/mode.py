@@ -1261,7 +1261,7 @@ class RelevanceMode(TorchFunctionMode):
             return func(*args, **(kwargs or {}))
         out = self._route(func, args, kwargs or {})
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
-                _op_name(func) in _IN_PLACE and _carries(args[0]) and not args[0].is_leaf:
+                _op_name(func) in _IN_PLACE and _carries(args[0]):
             # The op ran out of place (a relevance Function owns its output): a
             # caller that drops the returned tensor computes something else than
             # the model does. Recorded, so the explainer can check the output.
