@@ -265,6 +265,8 @@ def test_explain_nodes_checks_index_first(index, error, message, no_work):
     (dict(mask="bogus"), ValueError, "mask: must be one of"),
     (dict(rules={3: lrp.rules.Epsilon()}), TypeError, "rules: keys must be module types or qualified names"),
     (dict(index=torch.tensor([-2])), ValueError, "index: row positions must be >= 0"),
+    (dict(index=torch.tensor([], dtype=torch.long)), ValueError, "index: selects no rows"),
+    (dict(index=torch.zeros(N, dtype=torch.bool)), ValueError, "index: selects no rows"),
     (dict(task_level="nodes"), ValueError, "task_level: must be one of"),
     (dict(edge_mask_type="attributes"), ValueError, "edge_mask_type: must be 'object' or None"),
     (dict(node_mask_type="everything"), ValueError, "node_mask_type: must be one of"),
@@ -274,6 +276,16 @@ def test_explain_checks_arguments_first(kwargs, error, message, no_work):
     x, edge_index, _ = inputs("node")
     with pytest.raises(error, match=message):
         lrp.explain(model, x, edge_index, **{"index": 3, **kwargs})
+
+
+def test_lrp_refuses_an_empty_index():
+    """Before, an all-False mask failed deep inside with a reshape error."""
+    explainer = Explainer(build("gcn"), algorithm=lrp.LRP(), explanation_type="model", node_mask_type="attributes",
+                          edge_mask_type="object", model_config=dict(mode="multiclass_classification",
+                                                                      task_level="node", return_type="raw"))
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(ValueError, match="index: selects no rows"):
+        explainer(x, edge_index, index=torch.zeros(N, dtype=torch.bool))
 
 
 def test_lrp_checks_its_arguments():

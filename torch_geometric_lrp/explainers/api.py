@@ -111,7 +111,7 @@ def explain(
     edge_mask_type = _edge_mask_type(edge_mask_type)
     node_mask_type = _enum(MaskType, node_mask_type, "node_mask_type")
     check_edge_index(edge_index, edge_mask_type, x)
-    rows = check_rows(index, None)
+    rows = check_rows(index, None, allow_empty=False)
     check_rules(rules)
     check_view(mask)
     settings = Settings(task_level=_enum(ModelTaskLevel, task_level, "task_level"),

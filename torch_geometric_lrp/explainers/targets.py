@@ -113,13 +113,22 @@ def check_edge_index(edge_index, edge_mask_type, x=None) -> None:
                          f"{tuple(edge_index.shape)}.")
 
 
-def check_rows(index, num_rows: Optional[int], name: str = "index") -> Optional[Tensor]:
+def check_rows(index, num_rows: Optional[int], name: str = "index", allow_empty: bool = True) -> Optional[Tensor]:
     """``index`` as a 1-D tensor of row positions (``None`` stays ``None``):
     an int is one row, a boolean mask selects its ``True`` rows (and must
     have ``num_rows`` entries when that is known). Negative positions are
-    refused (they would silently mean rows counted from the end)."""
+    refused (they would silently mean rows counted from the end), and so is
+    a selection of no rows unless ``allow_empty``."""
     if index is None:
         return None
+    rows = _rows_of(index, num_rows, name)
+    if not allow_empty and not rows.numel():
+        raise ValueError(f"{name}: selects no rows (an empty list or an all-False mask); give at least one row "
+                         f"to explain, or {name}=None for all of them.")
+    return rows
+
+
+def _rows_of(index, num_rows: Optional[int], name: str) -> Tensor:
     if isinstance(index, bool) or (isinstance(index, Tensor) and index.dtype == torch.bool and index.dim() == 0):
         raise TypeError(f"{name}: expected row positions or a boolean mask over the rows, got a single bool.")
     index = torch.as_tensor(index)
