@@ -402,6 +402,32 @@ def test_a_forward_rerun_in_the_backward_is_refused_with_what_to_do(block, hint)
     assert_conserved(lrp.explain(model, x, edge_index, index=torch.tensor([1, 2])))
 
 
+class Between(torch.nn.Module):
+    """A GCN layer, ``fn`` on its output, a linear head of ``width`` inputs."""
+
+    def __init__(self, fn, width=8):
+        super().__init__()
+        self.fn = fn
+        self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(width, C)
+
+    def forward(self, x, edge_index):
+        return self.head(self.fn(self.conv(x, edge_index).relu()))
+
+
+def explained_alike(fns, width=8):
+    """The explanations of ``Between(fn, width)`` for each of ``fns``, with
+    the same weights; their node and edge masks must agree."""
+    x, edge_index, _ = inputs("node")
+    found = []
+    for fn in fns:
+        torch.manual_seed(0)
+        found.append(lrp.explain(Between(fn, width).eval(), x, edge_index, index=torch.tensor([1, 2])))
+    for other in found[1:]:
+        torch.testing.assert_close(other.node_mask, found[0].node_mask)
+        torch.testing.assert_close(other.edge_mask, found[0].edge_mask)
+    return found
+
+
 class Tripled(torch.autograd.Function):
     """``3 x`` with a backward that is not its derivative (``10 g``)."""
 
@@ -419,22 +445,7 @@ def test_a_custom_function_is_explained_through_the_ops_of_its_forward():
     routed like any others, so its own backward (here not even the
     derivative) plays no part: the explanation equals the one of ``3 * h``."""
 
-    class Net(torch.nn.Module):
-        def __init__(self, triple):
-            super().__init__()
-            self.triple = triple
-            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
-
-        def forward(self, x, edge_index):
-            return self.head(self.triple(self.conv(x, edge_index).relu()))
-
-    x, edge_index, _ = inputs("node")
-    found = []
-    for triple in (Tripled.apply, lambda h: 3 * h):
-        torch.manual_seed(0)
-        found.append(lrp.explain(Net(triple).eval(), x, edge_index, index=torch.tensor([1, 2])))
-    torch.testing.assert_close(found[0].node_mask, found[1].node_mask)
-    torch.testing.assert_close(found[0].edge_mask, found[1].edge_mask)
+    found = explained_alike([Tripled.apply, lambda h: 3 * h])
     assert_conserved(found[0])
 
 
@@ -456,16 +467,8 @@ def test_a_custom_function_the_pass_cannot_see_into_is_refused_or_reported():
     score, silently, before): refused under ``strict``, counted in the
     conservation report otherwise."""
 
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
-
-        def forward(self, x, edge_index):
-            return self.head(DetachedTripled.apply(self.conv(x, edge_index).relu()))
-
     torch.manual_seed(0)
-    model = Net().eval()
+    model = Between(DetachedTripled.apply).eval()
     x, edge_index, _ = inputs("node")
     with pytest.raises(lrp.UnsupportedOpError, match="DetachedTripled"):
         lrp.explain(model, x, edge_index, index=torch.tensor([1, 2]))
@@ -475,7 +478,7 @@ def test_a_custom_function_the_pass_cannot_see_into_is_refused_or_reported():
 
 def test_strict_false_says_what_ran_without_a_rule():
     """``strict=False`` explains a model with an op that has no relevance
-    rule (``sin``) with that op's gradient, and says so."""
+    rule (``sin``) with that op's gradient, and says so, once."""
 
     class Sine(torch.nn.Module):
         def __init__(self):
@@ -491,6 +494,8 @@ def test_strict_false_says_what_ran_without_a_rule():
         lrp.explain(Sine().eval(), x, edge_index, index=torch.tensor([1]))
     with pytest.warns(RuntimeWarning, match=r"strict=False.*sin in the model \(Sine\) \(1x\)"):
         lrp.explain(Sine().eval(), x, edge_index, index=torch.tensor([1]), strict=False)
+    # counted where it ran, and not again by the walk over the autograd graph
+    assert list(lrp.check_conservation(Sine().eval(), x, edge_index).unsupported) == ["sin in the model (Sine)"]
 
 
 class MlpHead(torch.nn.Module):
@@ -533,40 +538,7 @@ def test_a_scripted_function_that_only_selects_is_explained():
     def first_columns(h: torch.Tensor) -> torch.Tensor:
         return h[:, :4]
 
-    class Net(torch.nn.Module):
-        def __init__(self, select):
-            super().__init__()
-            self.select = select
-            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(4, C)
-
-        def forward(self, x, edge_index):
-            return self.head(self.select(self.conv(x, edge_index).relu()))
-
-    x, edge_index, _ = inputs("node")
-    found = []
-    for select in (first_columns, lambda h: h[:, :4]):
-        torch.manual_seed(0)
-        found.append(lrp.explain(Net(select).eval(), x, edge_index, index=torch.tensor([1, 2])))
-    torch.testing.assert_close(found[0].node_mask, found[1].node_mask)
-    torch.testing.assert_close(found[0].edge_mask, found[1].edge_mask)
-
-
-def test_an_op_without_a_rule_is_reported_once():
-    """With ``strict=False``, an op without a rule is counted where it runs
-    and not again by the walk over the autograd graph."""
-
-    class Sine(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
-
-        def forward(self, x, edge_index):
-            return self.head(torch.sin(self.conv(x, edge_index)))
-
-    torch.manual_seed(0)
-    x, edge_index, _ = inputs("node")
-    report = lrp.check_conservation(Sine().eval(), x, edge_index)
-    assert list(report.unsupported) == ["sin in the model (Sine)"]
+    explained_alike([first_columns, lambda h: h[:, :4]], width=4)
 
 
 def test_a_no_grad_region_of_the_forward_is_a_constant():
