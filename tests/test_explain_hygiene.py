@@ -574,30 +574,60 @@ def test_a_no_grad_region_of_the_forward_is_a_constant():
     torch.testing.assert_close(found[0].edge_mask, found[1].edge_mask)
 
 
-def test_relevance_that_does_not_add_up_is_reported():
-    """A gradient hook in the forward (here a gradient reversal, as in
-    domain-adversarial training) acts on relevance too, unseen by any rule:
-    it flipped the explanation's sign without a word before. Every op
-    reports what it keeps, so the residual exposes it: a warning says the
-    accounting does not add up. The model without the hook gets none."""
+class Reversed(torch.nn.Module):
+    """A gradient reversal after the first layer, as in domain-adversarial
+    training: ``"tensor"`` with a tensor hook, ``"node"`` with a pre-hook on
+    the autograd node (which the pass cannot see being registered)."""
 
-    class Reversed(torch.nn.Module):
-        def __init__(self, hook):
-            super().__init__()
-            self.hook = hook
-            self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+    def __init__(self, hook=None):
+        super().__init__()
+        self.hook, self.calls = hook, 0
+        self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
 
-        def forward(self, x, edge_index):
-            h = self.conv(x, edge_index).relu()
-            if self.hook and h.requires_grad:
-                h.register_hook(lambda grad: -grad)
-            return self.head(h)
+    def reverse(self, grad):
+        self.calls += 1
+        return -grad
 
+    def forward(self, x, edge_index):
+        h = self.conv(x, edge_index).relu()
+        if self.hook == "tensor" and h.requires_grad:
+            h.register_hook(self.reverse)
+        elif self.hook == "node" and h.requires_grad:
+            h.grad_fn.register_prehook(lambda grads: tuple(self.reverse(g) for g in grads))
+        return self.head(h)
+
+
+def test_a_gradient_hook_of_the_forward_does_not_run():
+    """The backward of the pass carries relevance: a gradient hook that the
+    forward registers would reverse it (it flipped the explanation's sign,
+    silently, before) or record it as a gradient. It is not registered
+    during the pass, with a warning; the explanation is the forward's."""
     x, edge_index, _ = inputs("node")
     torch.manual_seed(0)
-    plain = Reversed(False).eval()
+    plain = Reversed().eval()
     hooked = copy.deepcopy(plain)
-    hooked.hook = True
+    hooked.hook = "tensor"
+    with pytest.warns(RuntimeWarning, match=r"gradient hook .* does not run during the relevance pass"):
+        found = lrp.explain(hooked, x, edge_index, index=torch.tensor([1, 2]))
+    assert hooked.calls == 0
+    expected = lrp.explain(plain, x, edge_index, index=torch.tensor([1, 2]))
+    torch.testing.assert_close(found.node_mask, expected.node_mask)
+    torch.testing.assert_close(found.edge_mask, expected.edge_mask)
+    assert_conserved(found)
+    hooked(x.requires_grad_(), edge_index).sum().backward()  # outside the pass the hook is the model's
+    assert hooked.calls == 1
+
+
+def test_relevance_that_does_not_add_up_is_reported():
+    """A pre-hook on an autograd node acts on relevance unseen by any rule
+    (the pass sees no call that registers it). Every op reports what it
+    keeps, so the residual exposes it: a warning says the accounting does
+    not add up, once per call. The model without the hook gets none."""
+    x, edge_index, _ = inputs("node")
+    torch.manual_seed(0)
+    plain = Reversed().eval()
+    hooked = copy.deepcopy(plain)
+    hooked.hook = "node"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert_conserved(lrp.explain(plain, x, edge_index, index=torch.tensor([1, 2])))

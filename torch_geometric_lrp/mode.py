@@ -46,7 +46,7 @@ import sys
 import warnings
 import threading
 import weakref
-from collections import Counter
+from collections import Counter, OrderedDict
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 from torch.overrides import TorchFunctionMode, resolve_name
+from torch.utils.hooks import RemovableHandle
 
 from torch_geometric.nn.conv.dna_conv import restricted_softmax as _restricted_softmax
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as _gcn_norm
@@ -647,6 +648,23 @@ def _in_function_forward() -> bool:
     while frame is not None:
         if frame.f_code is _FUNCTION_APPLY:
             return True
+        frame = frame.f_back
+    return False
+
+
+_PACKAGE = __name__.rsplit(".", 1)[0]
+_NO_HOOKS: "OrderedDict" = OrderedDict()  # what the handle of a hook that is not registered removes from
+
+
+def _called_from_the_pass() -> bool:
+    """The torch call being routed comes from this package (the pass's own
+    hooks on messages and maps), not from the model: the first frame above
+    the mode and torch's dispatch decides."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module != __name__ and module != "torch" and not module.startswith("torch."):
+            return module.startswith(_PACKAGE + ".")
         frame = frame.f_back
     return False
 
@@ -1305,6 +1323,14 @@ class RelevanceMode(TorchFunctionMode):
             # forward of a custom autograd Function runs without grad too; its
             # ops are routed: see check_functions.)
             return _detached(func(*args, **kwargs))
+        if name == "register_hook" and not _called_from_the_pass():
+            # A gradient hook of the model's forward (a gradient reversal, a
+            # clip, a recorder): the backward of the pass carries relevance,
+            # which such a hook would change or record as if it were a gradient.
+            warnings.warn("LRP: a gradient hook that the forward puts on a tensor (Tensor.register_hook) does not "
+                          "run during the relevance pass: its backward carries relevance, not gradients.",
+                          RuntimeWarning, stacklevel=2)
+            return RemovableHandle(_NO_HOOKS)
         kind = LINEAR_OPS.get(name)
         if kind is not None:
             rule = self.current_rule()
