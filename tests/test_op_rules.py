@@ -428,3 +428,32 @@ def test_the_pass_forgets_a_tensor_when_it_dies():
     del t
     gc.collect()
     assert not facts and facts._data == {}
+
+
+def test_relevance_hooks_of_the_pass_run_when_the_forward_sets_them():
+    """Gradient hooks that a forward registers are left out of the pass; the
+    pass's own relevance hooks are not, also where the model's forward asks
+    for one (``current_mode().relevance_hook``): with LRP-0 and no biases,
+    the relevance through the hidden layer is the whole seed."""
+    from torch_geometric_lrp.mode import current_mode
+    collected = []
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 6, bias=False), torch.nn.Linear(6, 3, bias=False)
+
+        def forward(self, x):
+            h = self.a(x).relu()
+            current_mode().relevance_hook(h, lambda r: collected.append(float(r.sum())))
+            return self.b(h)
+
+    torch.manual_seed(0)
+    model, x = Net().double(), torch.rand(5, 8, dtype=torch.float64)
+    with relevance_pass(model, rules=Epsilon(0.0)) as mode:
+        watched = mode.watch(x)
+        out = model(watched)
+        (relevance,) = mode.backward(out, out.detach(), [watched])
+    score = float(out.detach().sum())
+    assert collected and sum(collected) == pytest.approx(score, rel=1e-9)
+    assert float(relevance.sum()) == pytest.approx(score, rel=1e-9)

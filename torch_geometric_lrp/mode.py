@@ -658,12 +658,13 @@ _NO_HOOKS: "OrderedDict" = OrderedDict()  # what the handle of a hook that is no
 
 def _called_from_the_pass() -> bool:
     """The torch call being routed comes from this package (the pass's own
-    hooks on messages and maps), not from the model: the first frame above
-    the mode and torch's dispatch decides."""
-    frame = sys._getframe(2)
+    hooks on messages and maps, :meth:`RelevanceMode.relevance_hook`), not
+    from the model: the first frame above the mode's routing and torch's
+    dispatch decides."""
+    frame = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if module != __name__ and module != "torch" and not module.startswith("torch."):
+        if frame.f_code not in _ROUTING and module != "torch" and not module.startswith("torch."):
             return module.startswith(_PACKAGE + ".")
         frame = frame.f_back
     return False
@@ -1400,6 +1401,11 @@ _COPY_NODES = frozenset([f"torch::autograd::{name}" for name in ("AccumulateGrad
 def _node_name(node) -> str:
     """``ViewBackward0`` -> ``ViewBackward``."""
     return node.name().rstrip("0123456789")
+
+
+# The mode's own frames between a torch call and its caller.
+_ROUTING = frozenset(f.__code__ for f in (RelevanceMode.__torch_function__, RelevanceMode._route,
+                                          RelevanceMode.call, RelevanceMode.gated))
 
 
 def _checkpointed(detail: str) -> UnsupportedOpError:
