@@ -675,3 +675,33 @@ def test_an_input_that_requires_grad_is_a_constant(weights):
     # the conservation check reads it as a constant too
     report = lrp.check_conservation(model, x, edge_index, edge_weight=given)
     assert report.conserved(), report
+
+
+def test_a_parameter_given_as_an_input_stays_a_parameter():
+    """A model's own parameter passed in as an input (learned edge weights
+    handed to the layer from outside the model's forward) is read as it is
+    where the forward takes it from the model: a weight, which the rules
+    modify (here Gamma raises the positive ones), not a constant gate."""
+    from torch_geometric.nn import GraphConv
+
+    class LearnedEdges(torch.nn.Module):
+        def __init__(self, own):
+            super().__init__()
+            self.own = own
+            self.conv, self.head = GraphConv(F_IN, 8), torch.nn.Linear(8, C)
+            self.weight = torch.nn.Parameter(torch.randn(inputs("node")[1].shape[1]))
+
+        def forward(self, x, edge_index, edge_weight=None):
+            weight = self.weight if self.own else edge_weight
+            return self.head(self.conv(x, edge_index, weight).relu())
+
+    x, edge_index, _ = inputs("node")
+    found = []
+    for own in (True, False):
+        torch.manual_seed(0)
+        model = LearnedEdges(own).eval()
+        given = {} if own else {"edge_weight": model.weight}
+        found.append(lrp.explain(model, x, edge_index, index=torch.tensor([1, 2]), rules=lrp.rules.Gamma(1.0),
+                                 subgraph=False, **given))
+    torch.testing.assert_close(found[1].node_mask, found[0].node_mask)
+    torch.testing.assert_close(found[1].edge_mask, found[0].edge_mask)
