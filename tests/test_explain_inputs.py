@@ -316,3 +316,24 @@ def test_a_forward_without_gradients_warns_that_no_relevance_reaches_the_inputs(
     with pytest.warns(RuntimeWarning, match="does not depend on the explained inputs"):
         explanation = lrp.explain(NoGrad(), x, edge_index, index=1)
     assert explanation.relevance_total == 0.0
+
+
+def test_edge_index_as_pyg_edge_index():
+    """PyG's ``EdgeIndex`` (a tensor subclass with sort and CSR caches) is
+    explained like the plain tensor it wraps; before, cutting the subgraph
+    failed inside ``EdgeIndex`` arithmetic."""
+    from torch_geometric import EdgeIndex
+
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    wrapped = EdgeIndex(edge_index, sparse_size=(N, N))
+    index = torch.tensor([3, 4])
+    assert_same_explanation(lrp.explain(model, x, wrapped, index=index), lrp.explain(model, x, edge_index, index=index))
+    explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type="attributes",
+                          edge_mask_type="object", model_config=dict(mode="multiclass_classification",
+                                                                      task_level="node", return_type="raw"))
+    assert_same_explanation(explainer(x, wrapped, index=index), explainer(x, edge_index, index=index))
+    for a, b in zip(lrp.explain_nodes(model, x, wrapped, index), lrp.explain_nodes(model, x, edge_index, index)):
+        torch.testing.assert_close(a.node_mask, b.node_mask)
+        torch.testing.assert_close(a.edge_mask, b.edge_mask)
+    torch.testing.assert_close(lrp.walks(model, x, wrapped, 3).relevance, lrp.walks(model, x, edge_index, 3).relevance)

@@ -294,7 +294,7 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     graph's, and no relevance reaches the nodes kept for the degrees only.
     Otherwise (and for graph-level targets) on the whole input."""
     check_x(x, categorical=True)
-    check_edge_index(edge_index, None)
+    edge_index = check_edge_index(edge_index, None)
     check_rules(rules)
     index = _check_index(index)
     settings = Settings(rules=rules, track_edges=False, strict=True)

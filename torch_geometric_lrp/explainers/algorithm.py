@@ -83,7 +83,7 @@ class LRP(ExplainerAlgorithm):
                 **kwargs) -> Union[Explanation, HeteroExplanation]:
         config, explainer = self.model_config, self.explainer_config
         check_x(x, categorical=True, hetero=True)
-        check_edge_index(edge_index, explainer.edge_mask_type, x)
+        edge_index = check_edge_index(edge_index, explainer.edge_mask_type, x)
         rows = check_rows(index, None, allow_empty=False)
         target = check_target(target, config.mode)
         settings = Settings(task_level=config.task_level, mode=config.mode, return_type=config.return_type,

@@ -110,7 +110,7 @@ def explain(
     check_x(x, categorical=True, hetero=True)
     edge_mask_type = _edge_mask_type(edge_mask_type)
     node_mask_type = _enum(MaskType, node_mask_type, "node_mask_type")
-    check_edge_index(edge_index, edge_mask_type, x)
+    edge_index = check_edge_index(edge_index, edge_mask_type, x)
     rows = check_rows(index, None, allow_empty=False)
     check_rules(rules)
     check_view(mask)
@@ -335,7 +335,7 @@ def explain_nodes(
         raise ValueError("edge_index: explain_nodes cuts each target's subgraph out of a [2, E] edge_index; pass "
                          "the edges (torch_geometric.utils.to_edge_index(adj)), or explain each node with "
                          "lrp.explain(..., edge_mask_type=None).")
-    check_edge_index(edge_index, None)
+    edge_index = check_edge_index(edge_index, None)
     n, e = x.shape[0], edge_index.shape[1]
     index = torch.arange(n, device=x.device) if index is None else check_rows(index, n).to(x.device)
     check_batch_size(batch_size)

@@ -23,6 +23,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch_geometric import EdgeIndex
 from torch_geometric.explain.config import ModelMode, ModelReturnType, ModelTaskLevel
 
 from ..convert import composite
@@ -75,10 +76,12 @@ def is_sparse(edge_index) -> bool:
     return not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided
 
 
-def check_edge_index(edge_index, edge_mask_type, x=None) -> None:
+def check_edge_index(edge_index, edge_mask_type, x=None):
     """``[2, E]`` integers, or a sparse adjacency without an edge mask. With
     ``x`` a ``{node_type: features}`` dict, a ``{edge_type: edges}`` dict of
-    those whose edge types join node types of ``x``."""
+    those whose edge types join node types of ``x``. Returns the edges as
+    the explainers read them: a PyG ``EdgeIndex`` as the plain tensor it
+    wraps (the explainers cut and index it; the layers read either alike)."""
     if x is None and isinstance(edge_index, dict):
         raise ValueError("edge_index: heterogeneous graphs (dicts of edges) are explained by lrp.explain and "
                          "lrp.LRP; this function takes one homogeneous graph.")
@@ -98,7 +101,7 @@ def check_edge_index(edge_index, edge_mask_type, x=None) -> None:
                 check_edge_index(edges, edge_mask_type)
             except ValueError as error:
                 raise ValueError(f"edge_index[{edge_type!r}]: {str(error).split(': ', 1)[1]}") from None
-        return
+        return {edge_type: _plain(edges) for edge_type, edges in edge_index.items()}
     if is_sparse(edge_index):
         if edge_mask_type is not None:
             raise ValueError(
@@ -107,10 +110,16 @@ def check_edge_index(edge_index, edge_mask_type, x=None) -> None:
                 f"edge_mask_type=None for node relevance only, or pass the edges as edge_index "
                 f"(torch_geometric.utils.to_edge_index(adj)) to get one relevance value per edge."
             )
-        return
+        return edge_index
     if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.is_floating_point():
         raise ValueError(f"edge_index: expected integers of shape [2, E], got {edge_index.dtype} of shape "
                          f"{tuple(edge_index.shape)}.")
+    return _plain(edge_index)
+
+
+def _plain(edges):
+    """A PyG ``EdgeIndex`` (a tensor subclass) as the plain tensor it wraps."""
+    return edges.as_tensor() if isinstance(edges, EdgeIndex) else edges
 
 
 def check_rows(index, num_rows: Optional[int], name: str = "index", allow_empty: bool = True) -> Optional[Tensor]:
