@@ -592,23 +592,10 @@ def _is_data(name: str, key) -> bool:
     return name == "where" and key in (1, 2, "other") or name == "index_put" and key in (2, "values")
 
 
-def _walk(args, kwargs, fn):
-    """``fn(tensor, key)`` on every tensor of ``args`` (and of lists in them)
-    and ``kwargs``; ``key`` is the position, ``(position, item)`` or the name."""
-    out = []
-    for i, a in enumerate(args):
-        if isinstance(a, Tensor):
-            out.append(fn(a, i))
-        elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) for t in a):
-            out.append(type(a)([fn(t, (i, j)) if isinstance(t, Tensor) else t for j, t in enumerate(a)]))
-        else:
-            out.append(a)
-    return out, {k: fn(v, k) if isinstance(v, Tensor) else v for k, v in kwargs.items()}
-
-
 def _tensors_of(args, kwargs) -> list:
     """``(tensor, key)`` of every tensor of ``args`` (and of lists in them)
-    and ``kwargs``, in :func:`_walk`'s order."""
+    and ``kwargs``, in order; ``key`` is the position, ``(position, item)``
+    or the name."""
     found = []
     for i, a in enumerate(args):
         if isinstance(a, Tensor):
@@ -896,7 +883,7 @@ class RelevanceMode(TorchFunctionMode):
         if name in _SCALAR_TERMS and len(args) > 1 and isinstance(args[1], (int, float)) and isinstance(args[0], Tensor):
             # a number added to a signal is a constant term: as a tensor, what it absorbs is measured
             args = (args[0], torch.tensor(args[1], dtype=args[0].dtype, device=args[0].device), *args[2:])
-        # the tensor operands and their roles, in _walk's order (found once, used per stream)
+        # the tensor operands and their roles, in order (found once, used per stream)
         operands = [(t, self._role(name, kind, t, key)) for t, key in _tensors_of(args, kwargs)]
         if not any(r == "signal" for _, r in operands):
             # relevance only in a shape or dtype reference (expand_as, type_as)
@@ -1352,7 +1339,7 @@ class RelevanceMode(TorchFunctionMode):
             # LRP treats LayerNorm's std; centring and scaling stay linear.
             # Likewise the exp of PyG's softmax helpers (attention weights) and
             # the degree power of gcn_norm (learned edge weights normalised).
-            a, kw = _walk(args, kwargs, lambda t, key: t.detach())
+            a, kw = _filled(args, kwargs, [t.detach() for t, _ in _tensors_of(args, kwargs)])
             return func(*a, **kw)
         handler = HANDLERS.get(name)
         if handler is not None:
