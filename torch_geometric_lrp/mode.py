@@ -1302,6 +1302,14 @@ class RelevanceMode(TorchFunctionMode):
             if name not in _AUTOGRAD_METADATA:
                 _METADATA_FUNCS.add(func)
             return func(*args, **kwargs)
+        if name == "register_hook" and not _called_from_the_pass():
+            # A gradient hook of the model's forward (a gradient reversal, a
+            # clip, a recorder): the backward of the pass carries relevance,
+            # which such a hook would change or record as if it were a gradient.
+            warnings.warn("LRP: a gradient hook that the forward puts on a tensor (Tensor.register_hook) does not "
+                          "run during the relevance pass: its backward carries relevance, not gradients.",
+                          RuntimeWarning, stacklevel=2)
+            return RemovableHandle(_NO_HOOKS)
         if not torch.is_grad_enabled() and not _in_function_forward():
             # The forward runs this op under torch.no_grad(): its result is a
             # constant of the pass, as autograd sees it (and as a bias, a gate
@@ -1311,14 +1319,6 @@ class RelevanceMode(TorchFunctionMode):
             # forward of a custom autograd Function runs without grad too; its
             # ops are routed: see check_functions.)
             return _detached(func(*args, **kwargs))
-        if name == "register_hook" and not _called_from_the_pass():
-            # A gradient hook of the model's forward (a gradient reversal, a
-            # clip, a recorder): the backward of the pass carries relevance,
-            # which such a hook would change or record as if it were a gradient.
-            warnings.warn("LRP: a gradient hook that the forward puts on a tensor (Tensor.register_hook) does not "
-                          "run during the relevance pass: its backward carries relevance, not gradients.",
-                          RuntimeWarning, stacklevel=2)
-            return RemovableHandle(_NO_HOOKS)
         kind = LINEAR_OPS.get(name)
         if kind is not None:
             rule = self.current_rule()
