@@ -337,3 +337,14 @@ def test_edge_index_as_pyg_edge_index():
         torch.testing.assert_close(a.node_mask, b.node_mask)
         torch.testing.assert_close(a.edge_mask, b.edge_mask)
     torch.testing.assert_close(lrp.walks(model, x, wrapped, 3).relevance, lrp.walks(model, x, edge_index, 3).relevance)
+
+
+def test_index_is_a_set_of_rows():
+    """A row given twice is explained once (as documented): the same masks
+    and score as the row alone."""
+    model = build("gcn")
+    x, edge_index, _ = inputs("node")
+    twice = lrp.explain(model, x, edge_index, index=torch.tensor([3, 3]))
+    once = lrp.explain(model, x, edge_index, index=torch.tensor([3]))
+    assert_same_explanation(twice, once)
+    assert once.score != 0
