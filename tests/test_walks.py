@@ -227,6 +227,10 @@ def test_subgraph_relevance_is_the_walks_inside_the_set():
     mask = torch.zeros(8, dtype=torch.bool)
     mask[sets[1]] = True
     assert lrp.subgraph_relevance(model, x, ei, mask, 3, rules=Gamma(0.25)) == pytest.approx(float(batch[1]))
+    # the empty set holds no walk (an empty list was read as float ids before, and refused)
+    assert lrp.subgraph_relevance(model, x, ei, [], 3, rules=Gamma(0.25)) == 0.0
+    with pytest.raises(TypeError, match="nodes: expected node ids"):
+        lrp.subgraph_relevance(model, x, ei, "abc", 3)
 
 
 @pytest.mark.parametrize("kind", ["GCN", "GIN"])

@@ -709,7 +709,13 @@ def _node_sets(nodes, n: int, device) -> tuple[Tensor, bool]:
     """``nodes`` as boolean masks ``[B, N]``, and whether one set was given."""
     def one(value, k=None) -> Tensor:
         name = "nodes" if k is None else f"nodes[{k}]"
-        value = torch.as_tensor(value, device=device)
+        try:
+            value = torch.as_tensor(value, device=device)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"{name}: expected node ids (ints, a 1-D LongTensor) or a boolean mask of {n} nodes, "
+                            f"got {type(value).__name__} {value!r}.") from None
+        if value.dim() == 1 and not value.numel():
+            value = value.long()  # no nodes (an empty list is made float): the empty set
         if value.dtype == torch.bool:
             if value.shape != (n,):
                 raise ValueError(f"{name}: a boolean mask needs one entry per node ({n}), got shape "
