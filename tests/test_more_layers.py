@@ -12,8 +12,7 @@ products are ``1/2 (a b~ + a~ b)`` and whose sigmoid is a gate: its gradient x
 input is LRP-0 under the product rule.
 
 Then every layer the twins verify goes through ``lrp.convert`` and through
-``torch_geometric.explain.Explainer`` with ``lrp.LRP()``; the layers left out
-are still refused by ``lrp.convert``.
+``torch_geometric.explain.Explainer`` with ``lrp.LRP()``.
 """
 from __future__ import annotations
 
@@ -74,6 +73,21 @@ class TestMixHopConv(FamilyTests):
     CONFIGS = {
         "powers012": lambda s: build(lambda c: c(F_IN, F_OUT), "MixHopConv", single(M.MixHopTwin), s),
         "powers02": lambda s: build(lambda c: c(F_IN, F_OUT, powers=[2, 0]), "MixHopConv", single(M.MixHopTwin), s),
+    }
+
+
+def initial_is_input(layer, x, edge_index):
+    return layer(x, x, edge_index)  # x_0: the layer's own input
+
+
+class TestGCN2Conv(FamilyTests):
+    CONFIGS = {
+        "shared": lambda s: build(lambda c: c(F_IN, alpha=0.2), "GCN2Conv", single(M.GCN2Twin), s,
+                                  call=initial_is_input),
+        "two-weights": lambda s: build(lambda c: c(F_IN, alpha=0.3, theta=0.5, layer=2, shared_weights=False),
+                                       "GCN2Conv", single(M.GCN2Twin), s, call=initial_is_input),
+        "not-normalized": lambda s: build(lambda c: c(F_IN, alpha=0.2, normalize=False), "GCN2Conv",
+                                          single(M.GCN2Twin), s, call=initial_is_input),
     }
 
 
@@ -272,6 +286,17 @@ class Net(nn.Module):
         return self.head(self.conv(x, edge_index, **kwargs).relu())
 
 
+class WithInitial(nn.Module):
+    """A layer that also takes the initial features ``x_0`` (``GCN2Conv``), given ``x`` there."""
+
+    def __init__(self, conv: nn.Module):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, x, edge_index)
+
+
 ATTR = dict(edge_attr=EDGE_ATTR.float())
 TYPES = dict(edge_type=EDGE_TYPE)
 REGISTERED = {  # name -> (conv, output width, extra forward arguments)
@@ -292,9 +317,7 @@ REGISTERED = {  # name -> (conv, output width, extra forward arguments)
     "LGConv": (lambda: pyg_nn.LGConv(), F_IN, {}),
     "WLConvContinuous": (lambda: pyg_nn.WLConvContinuous(), F_IN, {}),
     "DirGNNConv": (lambda: pyg_nn.DirGNNConv(pyg_nn.GCNConv(F_IN, HIDDEN), alpha=0.3), HIDDEN, {}),
-}
-LEFT_OUT = {
-    "GCN2Conv": lambda: pyg_nn.GCN2Conv(F_IN, alpha=0.2),
+    "GCN2Conv": (lambda: WithInitial(pyg_nn.GCN2Conv(F_IN, alpha=0.2)), F_IN, {}),
 }
 
 
@@ -324,12 +347,6 @@ def test_convert_accepts_and_keeps_the_forward(name):
     x, edge_index = graph()
     converted = lrp.convert(model)
     torch.testing.assert_close(converted(x, edge_index, **kwargs), model(x, edge_index, **kwargs))
-
-
-@pytest.mark.parametrize("name", list(LEFT_OUT))
-def test_convert_refuses_the_layers_left_out(name):
-    with pytest.raises(lrp.UnsupportedModuleError, match=name):
-        lrp.convert(Net(LEFT_OUT[name](), F_IN))
 
 
 @pytest.mark.parametrize("name", list(REGISTERED))

@@ -216,12 +216,23 @@ def test_learned_edge_weights_with_added_self_loops_book_the_loop_constants():
     assert abs(float(explanation.absorbed)) > 1e-6  # the loop weights take a part
 
 
+class ScalesInPlace(pyg_nn.GCNConv):
+    """A GCN layer that scales its output in place and drops the result, as
+    PyG's ``GCN2Conv`` does (which ``torch_geometric_lrp.nn`` runs out of
+    place)."""
+
+    def forward(self, x, edge_index):
+        out = super().forward(x, edge_index)
+        out.mul_(0.5)
+        return out
+
+
 def test_a_dropped_in_place_result_is_refused():
     torch.manual_seed(0)
-    model = Head(pyg_nn.GCN2Conv(8, alpha=0.1, theta=0.5, layer=1), 8,
-                 lambda conv, x, ei: conv(x, x, ei)).double()
+    model = Head(ScalesInPlace(8, 8), 8, lambda conv, x, ei: conv(x, ei)).double()
     x, edge_index, _ = graph()
-    with pytest.raises(UnsupportedOpError, match=r"in-place ops .*'mul_' in module 'conv' \(GCN2Conv\).*out of place"):
+    with pytest.raises(UnsupportedOpError, match=r"in-place ops .*'mul_' in module 'conv' \(ScalesInPlace\).*out of "
+                                                 r"place"):
         lrp.explain(model, x, edge_index, index=torch.arange(4))
 
 

@@ -118,6 +118,40 @@ class SSGTwin(Twin):
         return Back((d,), edge, loops)
 
 
+class GCN2Twin(Twin):
+    r"""``GCN2Conv`` with :math:`x_0 = x`: :math:`h = \hat A x` (GCN
+    normalisation with self-loops; the adjacency itself without ``normalize``), :math:`s = (1 - \alpha) h + \alpha x`,
+    :math:`z = (1 - \beta) s + \beta s W_1` (``shared_weights``; else
+    :math:`z = (1 - \beta) s + \beta ((1 - \alpha) h W_1 + \alpha x W_2)`),
+    no bias; :math:`\alpha` and :math:`\beta` are gates. Messages
+    :math:`a_{ji} x_j`."""
+
+    def __init__(self, layer: pyg_nn.GCN2Conv, edge_index: Tensor, num_nodes: int):
+        self.num_nodes, self.num_edges = num_nodes, edge_index.shape[1]
+        self.alpha, self.beta = layer.alpha, layer.beta
+        # without normalize: no self-loops and weights 1 (gcn_norm adds the loops)
+        self.msgs = message_list(edge_index, num_nodes, layer.normalize and layer.add_self_loops)
+        self.coef = gcn_coefficients(self.msgs, num_nodes) if layer.normalize else [1.0] * len(self.msgs)
+        self.weights = {"weight1": _p(layer, "weight1")}
+        if layer.weight2 is not None:
+            self.weights["weight2"] = _p(layer, "weight2")
+        self.biases = {}
+
+    def forward(self, xs, p):
+        x = xs[0]
+        h, x0 = (1 - self.alpha) * propagate(self.msgs, self.coef, x, self.num_nodes), self.alpha * x
+        w2 = p.get("weight2", p["weight1"])
+        return (1 - self.beta) * (h + x0) + self.beta * (h @ p["weight1"] + x0 @ w2)
+
+    def backward(self, xs, p, g):
+        edge, loops = self._empty(g)
+        w2 = p.get("weight2", p["weight1"])
+        dh = (1 - self.alpha) * ((1 - self.beta) * g + self.beta * g @ p["weight1"].T)
+        dx0 = self.alpha * ((1 - self.beta) * g + self.beta * g @ w2.T)
+        book_messages(self, self.msgs, self.coef, xs[0], dh, edge, loops)
+        return Back((propagate_t(self.msgs, self.coef, dh, self.num_nodes) + dx0,), edge, loops)
+
+
 class MixHopTwin(Twin):
     r"""``MixHopConv``: :math:`h_k = \hat A h_{k-1}` (GCN normalisation with
     self-loops), :math:`z = [h_p W_p^\top]_{p \in P} + b` (concatenated in

@@ -142,12 +142,18 @@ def _has_parameter(objs) -> bool:
     return False
 
 
-def _detach_parameters(args, kwargs):
+def _detach_parameters(args, kwargs, weights: Optional["_ByIdentity"] = None):
     """Parameters are constants of the pass: detached, so that nothing
-    computed from them alone requires grad."""
+    computed from them alone requires grad. With ``weights``, each detached
+    copy is recorded there: a handler that runs an op as simpler ones (an
+    ``addmm`` as a product and a sum) hands it on as the weight it is, which
+    the rules modify."""
     def detach(obj):
         if isinstance(obj, Tensor) and _is_parameter(obj):
-            return obj.detach()
+            constant = obj.detach()
+            if weights is not None and constant.is_floating_point():
+                weights[constant] = True
+            return constant
         if isinstance(obj, (list, tuple)) and _has_parameter(obj):
             return type(obj)(detach(o) for o in obj)
         return obj
@@ -1332,7 +1338,7 @@ class RelevanceMode(TorchFunctionMode):
                     return out
         # A non-linear op (or the op-level Pass rule): the maps feeding it end
         # here (their outputs are already closed), parameters are constants.
-        args, kwargs = _detach_parameters(args, kwargs)
+        args, kwargs = _detach_parameters(args, kwargs, self._weights)
         if (name in _STATISTICS and self._in_norm()) or (name in _NORMALISER_OPS and _in_normaliser()):
             # Inside a normalisation layer, a non-linear op of the signal computes
             # a statistic (a variance, std or norm): held constant, a gate, as

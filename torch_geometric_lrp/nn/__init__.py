@@ -4,8 +4,9 @@ Each class subclasses the PyG layer of the same name: same constructor,
 parameter names and ``state_dict`` keys, same forward output. Outside a
 relevance pass they *are* the PyG layer (trainable as usual). Inside one
 (:func:`torch_geometric_lrp.relevance_pass`), the relevance mode gives their
-``message`` / ``aggregate`` / ``update`` ops relevance rules, and the
-attention layers treat their attention coefficients as constants.
+``message`` / ``aggregate`` / ``update`` ops relevance rules, the
+attention layers treat their attention coefficients as constants, and
+``GCN2Conv`` runs its in-place scaling out of place.
 """
 from .conv import (
     APPNP,
@@ -13,6 +14,7 @@ from .conv import (
     EdgeConv,
     GATConv,
     GATv2Conv,
+    GCN2Conv,
     GCNConv,
     GeneralConv,
     GINConv,
@@ -24,6 +26,6 @@ from .conv import (
 )
 
 __all__ = [
-    "APPNP", "ChebConv", "EdgeConv", "GATConv", "GATv2Conv", "GCNConv", "GeneralConv",
+    "APPNP", "ChebConv", "EdgeConv", "GATConv", "GATv2Conv", "GCN2Conv", "GCNConv", "GeneralConv",
     "GINConv", "GINEConv", "GraphConv", "SAGEConv", "SGConv", "TransformerConv",
 ]
