@@ -117,17 +117,16 @@ def _given(value):
     (:func:`_usable`) and a constant, detached. (One that still requires
     grad from an earlier computation, a learned ``edge_weight`` for example,
     would carry relevance out of the pass into that computation.) A
-    parameter stays one: the pass holds parameters constant already, and the
-    rules modify those that act as weights. The explained inputs are watched
-    afresh."""
+    parameter stays one: this runs inside the pass, where a parameter reads
+    ``requires_grad=False`` (the mode holds parameters constant, and the
+    rules modify those that act as weights). The explained inputs are
+    watched afresh."""
     if isinstance(value, dict):
         return {k: _given(v) for k, v in value.items()}
     if type(value) in (list, tuple):
         return type(value)(_given(v) for v in value)
     value = _usable(value)
-    if isinstance(value, Tensor) and value.requires_grad and not isinstance(value, torch.nn.Parameter):
-        return value.detach()
-    return value
+    return value.detach() if isinstance(value, Tensor) and value.requires_grad else value
 
 
 class Pass:
