@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 import torch.nn.functional as F
+from torch_geometric.explain import Explainer
 from torch_geometric.nn import (
     GATConv, GCNConv, GINConv, MLP, SAGEConv, global_max_pool, global_mean_pool,
 )
@@ -386,6 +387,29 @@ def test_a_rule_for_a_name_that_matches_no_module_is_refused():
     with pytest.raises(ValueError, match=r"'layers\.\*'"):
         lrp.explain(model, x, edge_index, index=1, rules={"conv1": R.Gamma(0.25), "layers.*": R.ZPlus()})
     assert resolve_rules(model, {"conv*": R.ZPlus()})["conv2.lin"] == R.ZPlus()  # a glob that matches
+
+
+def test_rules_whose_types_match_no_module_are_refused():
+    """A composite keyed only by types none of which the model has changes
+    nothing: before, the default rules were applied without a word. Refused
+    by ``explain``, ``LRP`` and ``convert``, naming the types and the
+    model's. A composite with some types the model lacks is fine (one
+    composite may serve several models)."""
+    model, (x, edge_index) = node_model(GCN3, True)
+    message = r"rules: no module of GCN3 is an instance of SAGEConv, GATConv, so these rules change nothing.*GCNConv"
+    unused = {SAGEConv: R.Gamma(0.25), GATConv: R.ZPlus()}
+    with pytest.raises(ValueError, match=message):
+        lrp.explain(model, x, edge_index, index=1, rules=unused)
+    explainer = Explainer(model, algorithm=lrp.LRP(rules=unused), explanation_type="model",
+                          node_mask_type="attributes", edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    with pytest.raises(ValueError, match=message):
+        explainer(x, edge_index, index=1)
+    with pytest.raises(ValueError, match=message):
+        lrp.convert(model, rules=unused)
+    some = lrp.explain(model, x, edge_index, index=1, rules={**unused, GCNConv: R.Gamma(0.25)})
+    only = lrp.explain(model, x, edge_index, index=1, rules={GCNConv: R.Gamma(0.25)})
+    torch.testing.assert_close(some.node_mask, only.node_mask, rtol=0, atol=0)
 
 
 def test_composite_rule_is_the_one_used():

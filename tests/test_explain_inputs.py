@@ -288,6 +288,35 @@ def test_lrp_refuses_an_empty_index():
         explainer(x, edge_index, index=torch.zeros(N, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("level,rows", [("node", N), ("graph", 3), ("edge", None)])
+def test_a_boolean_index_of_the_wrong_length_is_refused(level, rows):
+    """A boolean ``index`` must have one entry per output row. Before, a mask
+    of the wrong length was read as the positions of its ``True`` entries and
+    explained other rows than meant, without a word. A mask of the right
+    length equals the list of its positions."""
+    model = build({"node": "gcn", "graph": "graph", "edge": "link"}[level])
+    x, edge_index, kwargs = inputs(level)
+    rows = rows or kwargs["edge_label_index"].shape[1]
+    explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="phenomenon", node_mask_type="attributes",
+                          edge_mask_type="object", model_config=dict(mode="multiclass_classification",
+                                                                      task_level=level, return_type="raw"))
+    target = model(x, edge_index, **kwargs).argmax(-1)
+    for short in (rows - 1, rows + 1):
+        mask = torch.zeros(short, dtype=torch.bool)
+        mask[:2] = True
+        with pytest.raises(ValueError, match=f"index: a boolean mask needs one entry per output row \\({rows}\\), "
+                                             f"got {short} entries"):
+            lrp.explain(model, x, edge_index, index=mask, **kwargs)
+        with pytest.raises(ValueError, match="index: a boolean mask needs one entry per output row"):
+            explainer(x, edge_index, target=target, index=mask, **kwargs)
+    mask = torch.zeros(rows, dtype=torch.bool)
+    mask[[0, 2]] = True
+    assert_same_explanation(lrp.explain(model, x, edge_index, index=mask, **kwargs),
+                            lrp.explain(model, x, edge_index, index=torch.tensor([0, 2]), **kwargs))
+    assert_same_explanation(explainer(x, edge_index, target=target, index=mask, **kwargs),
+                            explainer(x, edge_index, target=target, index=torch.tensor([0, 2]), **kwargs))
+
+
 def test_lrp_checks_its_arguments():
     with pytest.raises(ValueError, match="mask: must be one of"):
         lrp.LRP(mask="absolute")

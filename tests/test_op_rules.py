@@ -14,6 +14,8 @@ drops the result of an in-place op is refused.
 """
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
@@ -419,6 +421,33 @@ def test_nothing_after_the_forward_is_routed(routed, subgraph):
     assert any(c != "returned" for c in calls)  # the relevance forward is routed
     assert calls[-1] == "returned"  # and nothing after it
     assert abs(explanation.residual) < 1e-9 * max(1.0, abs(explanation.score))
+
+
+def test_the_pass_keeps_its_own_hooks_under_a_wrapped_mode(monkeypatch):
+    """The pass's own gradient hooks (edge relevance) are told from the
+    model's by a flag, not by who called: with ``__torch_function__``
+    wrapped (as profilers and the ``routed`` fixture do), the explanation is
+    unchanged. Before, the wrapper's frame made the mode drop them with a
+    warning, and the edge mask came out empty."""
+    from torch_geometric_lrp.mode import RelevanceMode
+
+    torch.manual_seed(0)
+    model = pyg_nn.GCNConv(F_IN, 3).double().eval()
+    x = weights(20, F_IN, seed=2)
+    edge_index = torch.randint(0, 20, (2, 30), generator=torch.Generator().manual_seed(3))
+    plain = lrp.explain(model, x, edge_index, index=0, mode="multiclass_classification")
+    route = RelevanceMode.__torch_function__
+
+    def wrapped(self, func, types, args=(), kwargs=None):
+        return route(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(RelevanceMode, "__torch_function__", wrapped)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        through = lrp.explain(model, x, edge_index, index=0, mode="multiclass_classification")
+    assert float(plain.edge_mask.abs().sum()) > 0
+    torch.testing.assert_close(through.edge_mask, plain.edge_mask, rtol=0, atol=0)
+    torch.testing.assert_close(through.node_mask, plain.node_mask, rtol=0, atol=0)
 
 
 def test_the_pass_forgets_a_tensor_when_it_dies():

@@ -148,6 +148,29 @@ def composite(rules) -> dict:
     return dict(rules)
 
 
+def unused_types(rules, modules) -> tuple:
+    """The type keys of the composite ``rules`` where none of its keys
+    applies to any of ``modules`` (``()`` otherwise, and for a single rule or
+    a composite with name keys, which :func:`resolve_rules` checks itself):
+    such rules change nothing, and the user would get the default believing
+    their rules were applied. Some keys without a module are fine: a
+    composite may be written for several models."""
+    keys = list(composite(rules))
+    if not keys or not all(isinstance(k, type) for k in keys):
+        return ()
+    if any(isinstance(m, tuple(keys)) for m in modules):
+        return ()
+    return tuple(keys)
+
+
+def unused_types_error(model: torch.nn.Module, types: tuple) -> ValueError:
+    present = sorted({type(m).__name__ for n, m in model.named_modules() if n})
+    return ValueError(
+        f"rules: no module of {type(model).__name__} is an instance of {', '.join(t.__name__ for t in types)}, so "
+        f"these rules change nothing (this model has {', '.join(present[:8])}{', ...' if len(present) > 8 else ''}"
+        f"; key a rule by one of these types or by a qualified name, or give a single rule for every module).")
+
+
 def type_rules(rules) -> tuple:
     """The ``(type, rule)`` entries of ``rules`` (a single rule: every module),
     for modules that are not part of the model (a forward may call them)."""
@@ -297,6 +320,9 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
         raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}.")
     model = unwrap(model)
     rules = composite(rules)
+    unused = unused_types(rules, model.modules())
+    if unused:
+        raise unused_types_error(model, unused)
     extra = tuple(k for k in rules if isinstance(k, type) and k is not torch.nn.Module)
     unsupported = [(name or "<model>", type(m)) for name, m in model.named_modules() if not _is_supported(m, extra)]
     if unsupported:

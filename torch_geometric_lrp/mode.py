@@ -645,22 +645,7 @@ def _in_function_forward() -> bool:
     return False
 
 
-_PACKAGE = __name__.rsplit(".", 1)[0]
 _NO_HOOKS: "OrderedDict" = OrderedDict()  # what the handle of a hook that is not registered removes from
-
-
-def _called_from_the_pass() -> bool:
-    """The torch call being routed comes from this package (the pass's own
-    hooks on messages and maps, :meth:`RelevanceMode.relevance_hook`), not
-    from the model: the first frame above the mode's routing and torch's
-    dispatch decides."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if frame.f_code not in _ROUTING and module != "torch" and not module.startswith("torch."):
-            return module.startswith(_PACKAGE + ".")
-        frame = frame.f_back
-    return False
 
 
 def _detached(out):
@@ -764,6 +749,8 @@ class RelevanceMode(TorchFunctionMode):
         self.rules = {id(m): r for m, r in (rules or {}).items()}
         self._keep_alive = list((rules or {}).keys())  # ids stay valid while the mode lives
         self.type_rules = tuple(type_rules)
+        self.unused_types: tuple = ()  # type keys of the rules that no module has had (relevance_pass)
+        self._own_hooks = False  # relevance_hook is registering (Tensor.register_hook is let through)
         self.default_rule = default_rule or Epsilon()
         self._names = None if names is None else {id(m): n for m, n in names.items()}
         self._model = model
@@ -798,6 +785,8 @@ class RelevanceMode(TorchFunctionMode):
         rule = self.rules.get(id(module))
         if rule is None and self.type_rules:
             rule = next((r for t, r in self.type_rules if isinstance(module, t)), None)
+            if rule is not None:
+                self.unused_types = ()
         self._stack.append((module, rule if rule is not None else self.current_rule()))
 
     def leave(self, module: torch.nn.Module, *args) -> None:
@@ -835,12 +824,16 @@ class RelevanceMode(TorchFunctionMode):
         stream value times stream gradient (``fn`` may be called once per
         stream with that stream's part)."""
         entry = self._maps.get(t)
-        if entry is None:
-            t.register_hook(lambda grad: fn(grad))
-            return
-        for output in entry[1]:
-            value = output.detach()
-            output.register_hook(lambda grad, value=value: fn(times(value, grad)))
+        self._own_hooks = True  # let through by __torch_function__, which drops the model's own
+        try:
+            if entry is None:
+                t.register_hook(lambda grad: fn(grad))
+                return
+            for output in entry[1]:
+                value = output.detach()
+                output.register_hook(lambda grad, value=value: fn(times(value, grad)))
+        finally:
+            self._own_hooks = False
 
     def _register(self, value, rule: Rule, outputs: list):
         if isinstance(value, (tuple, list)):
@@ -1308,7 +1301,7 @@ class RelevanceMode(TorchFunctionMode):
             if name not in _AUTOGRAD_METADATA:
                 _METADATA_FUNCS.add(func)
             return func(*args, **kwargs)
-        if name == "register_hook" and not _called_from_the_pass():
+        if name == "register_hook" and not self._own_hooks:
             # A gradient hook of the model's forward (a gradient reversal, a
             # clip, a recorder): the backward of the pass carries relevance,
             # which such a hook would change or record as if it were a gradient.
@@ -1395,10 +1388,6 @@ def _node_name(node) -> str:
     """``ViewBackward0`` -> ``ViewBackward``."""
     return node.name().rstrip("0123456789")
 
-
-# The mode's own frames between a torch call and its caller.
-_ROUTING = frozenset(f.__code__ for f in (RelevanceMode.__torch_function__, RelevanceMode._route,
-                                          RelevanceMode.call, RelevanceMode.gated))
 
 
 def _checkpointed(detail: str) -> UnsupportedOpError:
@@ -1520,9 +1509,10 @@ def relevance_pass(
     ...     out = model(x, edge_index)
     ...     (relevance,) = mode.backward(out, seed, [x])
     """
-    from .convert import resolve_rules, type_rules  # late: convert imports nn, which imports this module
+    from .convert import resolve_rules, type_rules, unused_types, unused_types_error  # late: convert imports nn
     hooked: dict = {}
     by_type: tuple = ()
+    unused: tuple = ()
     if model is not None:
         model = unwrap(model)
         named = list(model.named_modules())
@@ -1534,12 +1524,16 @@ def relevance_pass(
             by_name = resolve_rules(model, rules, named)
         hooked = {module: by_name[name] for name, module in named if name in by_name}
         by_type = type_rules(rules)
+        # type keys no module has yet may still fit a module the forward
+        # reaches outside the model: ``enter`` clears them when one does
+        unused = unused_types(rules, (m for _, m in named))
         if isinstance(rules, Rule) and default_rule is None:
             default_rule = rules
     elif rules is not None:
         hooked = dict(rules) if isinstance(rules, dict) else {}
         default_rule = rules if isinstance(rules, Rule) else default_rule
     mode = RelevanceMode(strict=strict, rules=hooked, default_rule=default_rule, model=model, type_rules=by_type)
+    mode.unused_types = unused
     with ExitStack() as stack:
         if model is not None:
             stack.enter_context(_lock(model))
@@ -1553,3 +1547,5 @@ def relevance_pass(
             stack.callback(post.remove)
         stack.enter_context(mode)
         yield mode
+    if mode.unused_types:
+        raise unused_types_error(model, mode.unused_types)

@@ -11,7 +11,7 @@ from torch_geometric.explain.config import MaskType
 
 from ..rules import Rule
 from .core import Settings, explain_rows, explanation_of
-from .targets import check_edge_index, check_rows, check_rules, check_target, check_view, check_x
+from .targets import check_edge_index, check_rows, check_rules, check_target, check_view, check_x, mask_rows
 
 __all__ = ["LRP"]
 
@@ -88,7 +88,7 @@ class LRP(ExplainerAlgorithm):
         target = check_target(target, config.mode)
         settings = Settings(task_level=config.task_level, mode=config.mode, return_type=config.return_type,
                             rules=self.rules, strict=self.strict, subgraph=self.subgraph,
-                            track_edges=explainer.edge_mask_type is not None)
+                            track_edges=explainer.edge_mask_type is not None, index_mask_rows=mask_rows(index))
         result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
         return explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
                               (result.absorbed, result.lost), explainer.node_mask_type,

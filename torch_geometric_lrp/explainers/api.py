@@ -20,7 +20,7 @@ from .core import (InFull, Relevance, Settings, _materialize, _spread, explain_r
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out_each, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
-                      check_view, check_x)
+                      check_view, check_x, mask_rows)
 
 __all__ = ["explain", "explain_nodes", "NodeRelevance"]
 
@@ -117,7 +117,8 @@ def explain(
     settings = Settings(task_level=_enum(ModelTaskLevel, task_level, "task_level"),
                         mode=_enum(ModelMode, mode, "mode"),
                         return_type=_enum(ModelReturnType, return_type, "return_type"),
-                        rules=rules, strict=strict, subgraph=subgraph, track_edges=edge_mask_type is not None)
+                        rules=rules, strict=strict, subgraph=subgraph, track_edges=edge_mask_type is not None,
+                        index_mask_rows=mask_rows(index))
     target = check_target(target, settings.mode)
     result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
     explanation = explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,

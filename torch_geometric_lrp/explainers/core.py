@@ -41,8 +41,8 @@ from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
 from .subgraph import Cut, count_hops, cut, lean, message_flow, pays_off, reaches_ring, slice_inputs, with_context
 from .trim import Trimming, hop_distance
-from .targets import (MASK_VIEWS, check_target, infer_mode, infer_return_type, infer_task_level, is_sparse,
-                      seed_of)
+from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, infer_return_type, infer_task_level,
+                      is_sparse, seed_of)
 
 __all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "InFull",
            "proves_lean_cuts", "full_output",
@@ -76,6 +76,9 @@ class Settings:
     lean: bool = True
     # A residual warning was given (one per call; see warn_if_not_conserved).
     residual_warned: bool = False
+    # The length of ``index`` where it is a boolean mask (targets.mask_rows),
+    # checked against the output's rows once the forward has run.
+    index_mask_rows: Optional[int] = None
 
 
 @dataclass
@@ -460,6 +463,7 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
     with Pass(model, settings) as p:
         out = p.forward(x, edge_index, kwargs)
         level, mode, return_type = resolve_task(p, settings, num_nodes_of(x), edge_index, kwargs)
+        check_mask_rows(settings.index_mask_rows, out.shape[0])
         if rows is None:
             rows = torch.arange(out.shape[0], device=out.device)
         elif rows.numel() and int(rows.max()) >= out.shape[0]:
@@ -604,6 +608,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         level, mode, return_type = resolve_task(p, settings, c.num_nodes, run.edge_index, inputs)
         if level != ModelTaskLevel.node:
             return None
+        check_mask_rows(settings.index_mask_rows, n)
         target = check_target(target, mode)
         seed, target = seed_of(p.logits, c.index, rows, n, target, mode)
         if isinstance(check, Exception):

@@ -137,6 +137,23 @@ def check_rows(index, num_rows: Optional[int], name: str = "index", allow_empty:
     return rows
 
 
+def mask_rows(index) -> Optional[int]:
+    """The length of ``index`` where it is a boolean mask (``None`` otherwise):
+    the number of output rows it must match, checked by
+    :func:`check_mask_rows` once the forward has given the output."""
+    if isinstance(index, Tensor) and index.dtype == torch.bool and index.dim() == 1:
+        return index.numel()
+    return None
+
+
+def check_mask_rows(length: Optional[int], num_rows: int, name: str = "index") -> None:
+    """A boolean ``index`` of ``length`` entries must have one per output row:
+    its positions would otherwise select other rows than the user meant."""
+    if length is not None and length != num_rows:
+        raise ValueError(f"{name}: a boolean mask needs one entry per output row ({num_rows}), got {length} "
+                         f"entries.")
+
+
 def _rows_of(index, num_rows: Optional[int], name: str) -> Tensor:
     if isinstance(index, bool) or (isinstance(index, Tensor) and index.dtype == torch.bool and index.dim() == 0):
         raise TypeError(f"{name}: expected row positions or a boolean mask over the rows, got a single bool.")
