@@ -98,6 +98,31 @@ def test_abs_and_sqrt_pass_relevance():
     assert torch.isclose(relevance.sum(), (torch.sqrt((X @ A).abs()) @ W).sum())
 
 
+@pytest.mark.parametrize("op", [torch.maximum, torch.minimum, torch.max, torch.min, torch.fmax, torch.fmin,
+                                Tensor.maximum])
+def test_an_element_wise_max_or_min_gives_each_element_to_its_winner(op):
+    """``torch.maximum(a, b)`` and its kin run as a max (min) over the stack
+    of ``a`` and ``b``: piecewise linear, so LRP-0 is gradient x input, and
+    broadcasting spreads nothing. Before, they were refused."""
+    check(lambda x: op(x @ A, x @ B) @ W, lambda x: op(x @ A, x @ B) @ W)
+    check(lambda x: op(x @ A, (x @ B)[:1]) @ W, lambda x: op(x @ A, (x @ B)[:1]) @ W)
+
+
+def test_a_constant_that_wins_a_max_absorbs_that_relevance():
+    """``maximum(signal, c)``: where ``c`` wins, its relevance is booked as
+    absorbed; where the signal wins, the signal keeps it."""
+    c = torch.full((HID,), 0.3, dtype=DTYPE)
+    with relevance_pass(rules=Epsilon(0.0)) as mode:
+        watched = mode.watch(X)
+        out = torch.maximum(watched @ A, c)
+        with lrp.RelevanceAudit() as audit:
+            (relevance,) = mode.backward(out, out.detach(), [watched])
+    wins = (X @ A) > c
+    torch.testing.assert_close(relevance.sum(), out.detach()[wins].sum())
+    assert audit.absorbed == pytest.approx(float(out.detach()[~wins].sum()), rel=1e-9)
+    assert 0 < int(wins.sum()) < wins.numel()
+
+
 def test_batch_statistics_are_gates():
     bn = torch.nn.BatchNorm1d(HID, affine=False, track_running_stats=False).double()
 

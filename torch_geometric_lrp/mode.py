@@ -424,10 +424,25 @@ def _segment_csr(reduce):
     return handler
 
 
+def _elementwise_max_min(reduce):
+    """``torch.maximum(a, b)`` (``fmax``, and ``torch.max(a, b)``): each
+    element is the larger of two members, so it runs as ``stack([a, b])``
+    reduced by ``amax`` over the new dimension. The winner takes the
+    relevance; a constant operand that wins absorbs it, measured (the
+    stack of a constant is part of a map, as for ``cat``)."""
+    def handler(mode, input, other, *, out=None):
+        if out is not None or not isinstance(input, Tensor) or not isinstance(other, Tensor):
+            return NotImplemented
+        shape = torch.broadcast_shapes(input.shape, other.shape)
+        a, b = (t if t.shape == shape else mode.call(Tensor.expand, t, shape) for t in (input, other))
+        return mode.call(torch.amax if reduce == "max" else torch.amin, mode.call(torch.stack, [a, b]), 0)
+    return handler
+
+
 def _max_min(reduce):
     def handler(mode, input, dim=None, keepdim=False):
-        if isinstance(dim, Tensor):  # torch.max(a, b): element-wise, no rule
-            return NotImplemented
+        if isinstance(dim, Tensor):  # torch.max(a, b): element-wise
+            return _elementwise_max_min(reduce)(mode, input, dim)
         plain = getattr(torch, reduce)
         if dim is None:
             index = torch.zeros(input.numel(), dtype=torch.long, device=input.device)
@@ -510,6 +525,8 @@ HANDLERS: dict[str, Callable] = {
     "segment_max_csr": _segment_csr("max"), "segment_min_csr": _segment_csr("min"),
     "max": _max_min("max"), "min": _max_min("min"),
     "amax": _amax_amin("max"), "amin": _amax_amin("min"),
+    "maximum": _elementwise_max_min("max"), "minimum": _elementwise_max_min("min"),
+    "fmax": _elementwise_max_min("max"), "fmin": _elementwise_max_min("min"),
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
     "addmm": _addmm,
     **{name: _pass(fn) for name, fn in _PASS.items()},
