@@ -18,6 +18,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 
@@ -121,6 +122,112 @@ def test_a_constant_that_wins_a_max_absorbs_that_relevance():
     torch.testing.assert_close(relevance.sum(), out.detach()[wins].sum())
     assert audit.absorbed == pytest.approx(float(out.detach()[~wins].sum()), rel=1e-9)
     assert 0 < int(wins.sum()) < wins.numel()
+
+
+HOMOGENEOUS = [
+    ("norm", lambda h: h.norm(dim=-1, keepdim=True), 1),
+    ("norm p=1, all", lambda h: torch.norm(h, p=1), 1),
+    ("vector_norm 3", lambda h: torch.linalg.vector_norm(h, 3, dim=0), 1),
+    ("vector_norm inf", lambda h: torch.linalg.vector_norm(h, float("inf"), dim=1), 1),
+    ("linalg.norm", lambda h: torch.linalg.norm(h, dim=1), 1),
+    ("std", lambda h: h.std(0), 1),
+    ("std, no correction", lambda h: torch.std(h, dim=1, correction=0, keepdim=True), 1),
+    ("var", lambda h: h.var(-1), 2),
+]
+
+
+def euler_reference(fn, h: Tensor, relevance: Tensor, degree: int) -> Tensor:
+    """Slow twin of the homogeneous rule: the dense Jacobian, then each input
+    gets ``h_i * dy_j/dh_i * R_j / (d * y_j)`` from every output ``j``."""
+    y = fn(h).reshape(-1)
+    jacobian = torch.autograd.functional.jacobian(lambda t: fn(t).reshape(-1), h).reshape(y.numel(), -1)
+    out = torch.zeros(h.numel(), dtype=h.dtype)
+    for j in range(y.numel()):
+        for i in range(h.numel()):
+            out[i] += h.reshape(-1)[i] * jacobian[j, i] * relevance.reshape(-1)[j] / (degree * y[j])
+    return out.view_as(h)
+
+
+@pytest.mark.parametrize("name,fn,degree", HOMOGENEOUS, ids=[h[0] for h in HOMOGENEOUS])
+def test_norms_std_and_var_split_by_euler(name, fn, degree):
+    """A norm, ``std`` or ``var`` of a signal is homogeneous of degree 1 or 2:
+    its relevance splits as gradient x input over the degree, which the
+    slow twin computes from the dense Jacobian. Before, these were refused
+    outside normalisation layers."""
+    h = X @ A
+    y = fn(h)
+    seed = weights(*(y.shape or (1,)), seed=9).abs().view_as(y) + 0.1
+    with relevance_pass(rules=Epsilon(0.0)) as mode:
+        watched = mode.watch(h)
+        out = fn(watched)
+        (relevance,) = mode.backward(out, seed, [watched])
+    torch.testing.assert_close(out.detach(), y)
+    torch.testing.assert_close(relevance, euler_reference(fn, h, seed, degree), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(relevance.sum(), seed.sum())
+    if degree == 1:  # composed with a linear map, LRP-0 stays gradient x input
+        check(lambda x: fn(x @ A), lambda x: fn(x @ A))
+
+
+def test_a_signal_divided_by_its_norm_gives_the_norm_nothing():
+    """``h / h.norm(...)`` (and the standardised ``(h - mean) / std``): the
+    norm is a denominator, held constant like every signal there."""
+    check(lambda x: (x @ A) / (x @ A).norm(dim=-1, keepdim=True) @ W,
+          lambda x: (x @ A) / (x @ A).norm(dim=-1, keepdim=True).detach() @ W)
+
+    def standardised(x, detach=False):
+        h = x @ A
+        std = h.std(0, keepdim=True)
+        return (h - h.mean(0, keepdim=True)) / (std.detach() if detach else std) @ W
+    check(standardised, lambda x: standardised(x, detach=True))
+
+
+def test_cosine_similarity_is_its_unit_vectors_dot_product():
+    """``F.cosine_similarity``: each operand over its norm (gates), then the
+    product (of two signals: halves) summed. Forward equal to torch's."""
+    p = weights(HID, seed=8)
+    fn = lambda x: F.cosine_similarity(x @ A, x @ B, dim=-1)  # noqa: E731
+    out = lrp0(lambda x: fn(x).unsqueeze(-1))  # relevance of the seed out = cos itself
+    torch.testing.assert_close(out.sum(), fn(X).sum())
+    # against a prototype (a constant): the unit vector of x @ A times a gate
+    check(lambda x: F.cosine_similarity(x @ A, p, dim=-1),
+          lambda x: ((x @ A) / (x @ A).norm(dim=-1, keepdim=True).detach() * (p / p.norm())).sum(-1))
+    with relevance_pass(rules=Epsilon(0.0)) as mode:
+        torch.testing.assert_close(fn(mode.watch(X)).detach(), fn(X), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn,written_out", [
+    (lambda x: torch.addcmul(x @ A, (x @ B).detach(), x @ A, value=0.5),
+     lambda x: x @ A + 0.5 * ((x @ B).detach() * (x @ A))),
+    (lambda x: torch.lerp(x @ A, x @ B, 0.3), lambda x: x @ A + 0.3 * (x @ B - x @ A)),
+    (lambda x: F.glu(torch.cat([x @ A, x @ B], -1)), lambda x: (x @ A) * torch.sigmoid(x @ B)),
+], ids=["addcmul", "lerp", "glu"])
+def test_ops_that_are_a_few_simpler_ones(fn, written_out):
+    """``addcmul``, ``lerp`` and ``glu`` are explained as their ops written
+    out (before: refused), under LRP-0 and under a rule that modifies."""
+    torch.testing.assert_close(lrp0(fn), lrp0(written_out))
+    torch.testing.assert_close(lrp0(fn, rule=Gamma(0.25)), lrp0(written_out, rule=Gamma(0.25)))
+
+
+def test_piecewise_constant_ops_are_constants():
+    """``sign``, ``floor``, ... have gradient 0: their outputs are constants of
+    the pass. ``sign(h) * h`` is ``|h|``; ``h + floor(h)`` books what the
+    floor term takes as absorbed."""
+    check(lambda x: torch.sign(x @ A) * (x @ A) @ W, lambda x: (x @ A).abs() @ W)
+    with relevance_pass(rules=Epsilon(0.0)) as mode:
+        watched = mode.watch(X)
+        out = (watched @ A) + torch.floor(watched @ A)
+        with lrp.RelevanceAudit() as audit:
+            (relevance,) = mode.backward(out, out.detach(), [watched])
+    assert abs(audit.absorbed) > 1e-3
+    torch.testing.assert_close(relevance.sum() + audit.absorbed, out.detach().sum())
+
+
+@pytest.mark.parametrize("op", [F.logsigmoid, torch.nan_to_num, lambda h: h.clamp_max(0.2)],
+                         ids=["logsigmoid", "nan_to_num", "clamp_max"])
+def test_more_element_wise_ops_pass_relevance(op):
+    out = op(X @ A)
+    relevance = lrp0(lambda x: op(x @ A))
+    torch.testing.assert_close(relevance.sum(), out.sum())
 
 
 def test_batch_statistics_are_gates():

@@ -18,7 +18,10 @@ Which rule each op uses:
 * **gates** (``mul``): relevance goes to the signal, the gate (edge weight,
   attention coefficient) is a constant;
 * **element-wise activations** and **copies** (``index_select``, ``cat``):
-  relevance passes unchanged; for copies plain autograd already does that.
+  relevance passes unchanged; for copies plain autograd already does that;
+* **homogeneous reductions** (norms, ``std``, ``var``): Euler's split,
+  :math:`R_i = x_i \, \partial y / \partial x_i \; R / (d \, y)` for
+  :math:`y` homogeneous of degree :math:`d` in :math:`x`.
 
 Relevance reaching an output that is exactly 0 is lost and reported to any
 open :class:`~torch_geometric_lrp.audit.RelevanceAudit`, as is relevance
@@ -57,6 +60,7 @@ __all__ = [
     "mul",
     "div",
     "product",
+    "homogeneous",
     "matmul",
     "batch_norm",
     "layer_norm",
@@ -448,6 +452,37 @@ class _Pass(Function):
     @staticmethod
     def backward(ctx, relevance):
         return relevance, None, None
+
+
+class _Homogeneous(Function):
+    @staticmethod
+    def forward(ctx, x, fn, degree):
+        # torch.func.vjp rather than autograd in the backward: it composes
+        # with the vmap of batched backwards (walks)
+        out, ctx.vjp = torch.func.vjp(fn, x.detach())
+        ctx.degree = degree
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, relevance):
+        x, out = ctx.saved_tensors
+        s, dropped = divide(relevance, out)
+        (g,) = ctx.vjp(s)
+        r = times(x, g) / ctx.degree
+        _record("homogeneous", relevance, dropped, r)
+        return r, None, None
+
+
+def homogeneous(x: Tensor, fn: Callable[[Tensor], Tensor], degree: int = 1) -> Tensor:
+    r"""``fn(x)`` for a reduction that is positively homogeneous of degree
+    ``degree`` in ``x`` (a norm, a standard deviation: 1; a variance: 2).
+    By Euler's theorem :math:`\sum_i x_i \, \partial y / \partial x_i = d \, y`
+    for every output :math:`y`, so the split
+    :math:`R_i = x_i \, \partial y / \partial x_i \, R / (d \, y)` conserves
+    relevance exactly; it is gradient x input scaled to the output's
+    relevance. An output of 0 loses its relevance (reported)."""
+    return _Homogeneous.apply(x, fn, degree)
 
 
 def activation(x: Tensor, fn: Callable[..., Tensor], *args) -> Tensor:

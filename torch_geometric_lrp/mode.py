@@ -229,7 +229,9 @@ _PASS = {
     "tanh_": torch.tanh, "softplus": F.softplus, "relu6": F.relu6, "hardtanh": F.hardtanh,
     "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "softsign": F.softsign,
     "prelu": F.prelu, "clamp": torch.clamp, "clamp_": torch.clamp, "clamp_min": torch.clamp_min,
-    "clip": torch.clip,
+    "clamp_max": torch.clamp_max, "clip": torch.clip, "logsigmoid": F.logsigmoid,
+    # identity on finite values
+    "nan_to_num": torch.nan_to_num,
     # dropout: identity in eval mode, a gate in training mode
     "dropout": F.dropout, "dropout_": F.dropout, "alpha_dropout": F.alpha_dropout,
     "feature_alpha_dropout": F.feature_alpha_dropout, "dropout1d": F.dropout1d,
@@ -439,6 +441,67 @@ def _elementwise_max_min(reduce):
     return handler
 
 
+def _homogeneous(fn, degree: int):
+    """A norm (``degree`` 1), ``std`` (1) or ``var`` (2) of a signal: Euler's
+    split (:func:`torch_geometric_lrp.functional.homogeneous`). Used as a
+    divisor (``h / h.norm(...)``), it is a gate there, as every signal in a
+    denominator is (``_div``)."""
+    def handler(mode, input, *args, **kwargs):
+        if not _carries(input) or _carries(args) or _carries(kwargs):
+            return NotImplemented
+        return R.homogeneous(input, lambda x: fn(x, *args, **kwargs), degree)
+    return handler
+
+
+def _cosine_similarity(mode, x1, x2, dim=1, eps=1e-8):
+    """``x1 . x2 / (|x1| |x2|)`` as torch computes it, each operand divided by
+    its norm (clamped at ``eps``) first: the norms are gates, the product of
+    two signals splits by the product rule, the sum over ``dim`` is linear."""
+    if not isinstance(x1, Tensor) or not isinstance(x2, Tensor) or not x1.is_floating_point():
+        return NotImplemented
+    shape = torch.broadcast_shapes(x1.shape, x2.shape)
+    unit = []
+    for t in (x1, x2):
+        if t.shape != shape:
+            t = mode.call(Tensor.expand, t, shape)
+        norm = torch.linalg.vector_norm(t.detach(), 2, dim=dim, keepdim=True).clamp_min(eps)
+        unit.append(mode.call(torch.div, t, norm))
+    return mode.call(torch.sum, mode.call(torch.mul, *unit), dim)
+
+
+def _addcmul(mode, input, tensor1, tensor2, *, value=1):
+    """``input + value * tensor1 * tensor2``, op by op."""
+    product = mode.call(torch.mul, tensor1, tensor2)
+    if not (isinstance(value, (int, float)) and value == 1):
+        product = mode.call(torch.mul, product, value)
+    return mode.call(torch.add, input, product)
+
+
+def _lerp(mode, input, end, weight):
+    """``input + weight * (end - input)``, op by op (a ``weight`` that carries
+    relevance makes it a product of signals without a rule here: refused)."""
+    if _carries(weight):
+        return NotImplemented
+    return mode.call(torch.add, input, mode.call(torch.mul, mode.call(torch.sub, end, input), weight))
+
+
+def _glu(mode, input, dim=-1):
+    """``a * sigmoid(b)`` for the two halves of ``input``: the sigmoid is a gate."""
+    a, b = mode.call(torch.chunk, input, 2, dim)
+    return mode.call(torch.mul, a, mode.call(torch.sigmoid, b))
+
+
+def _piecewise_constant(fn):
+    """``sign``, ``floor``, ``round``, ...: constant between jumps, so no
+    relevance flows through them (their gradient is 0). Their output is a
+    constant of the pass: a gate where it multiplies a signal, a term that
+    absorbs (measured) where it is added."""
+    def handler(mode, *args, **kwargs):
+        a, kw = _filled(args, kwargs, [t.detach() for t, _ in _tensors_of(args, kwargs)])
+        return fn(*a, **kw)
+    return handler
+
+
 def _max_min(reduce):
     def handler(mode, input, dim=None, keepdim=False):
         if isinstance(dim, Tensor):  # torch.max(a, b): element-wise
@@ -527,6 +590,12 @@ HANDLERS: dict[str, Callable] = {
     "amax": _amax_amin("max"), "amin": _amax_amin("min"),
     "maximum": _elementwise_max_min("max"), "minimum": _elementwise_max_min("min"),
     "fmax": _elementwise_max_min("max"), "fmin": _elementwise_max_min("min"),
+    "norm": _homogeneous(torch.norm, 1), "functional.norm": _homogeneous(torch.norm, 1),
+    "linalg.vector_norm": _homogeneous(torch.linalg.vector_norm, 1),
+    "linalg.norm": _homogeneous(torch.linalg.norm, 1),
+    "std": _homogeneous(torch.std, 1), "var": _homogeneous(torch.var, 2),
+    "cosine_similarity": _cosine_similarity, "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
+    **{name: _piecewise_constant(getattr(torch, name)) for name in "sign sgn floor ceil round trunc heaviside".split()},
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
     "addmm": _addmm,
     **{name: _pass(fn) for name, fn in _PASS.items()},
