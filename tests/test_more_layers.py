@@ -105,6 +105,63 @@ class TestAGNNConv(FamilyTests):
                                         frozen=M.FrozenAGNNConv, message_share=1)}
 
 
+@pytest.mark.parametrize("rule_name", list(RULES))
+@pytest.mark.parametrize("heads,qkv_bias", [(1, False), (2, True)])
+def test_sgformer_attention_against_its_twin(rule_name, heads, qkv_bias):
+    """``SGFormerAttention`` (linear attention over all node pairs) with the
+    attention frozen: the library's node relevance equals the dense twin's
+    under every rule; its forward in a pass equals PyG's. Before, the pass
+    refused it (a norm of the queries, then an einsum of two signals)."""
+    torch.manual_seed(heads)
+    layer = pyg_nn.SGFormerAttention(F_IN, heads=heads, head_channels=3, qkv_bias=qkv_bias).to(DTYPE).eval()
+    if qkv_bias:
+        with torch.no_grad():
+            layer.v.bias.normal_()
+    x = torch.randn(1, N, F_IN, generator=torch.Generator().manual_seed(5), dtype=DTYPE)
+    twin = M.SGFormerAttentionTwin(layer, x[0])
+    out = twin.forward((x[0],), twin.params()).unsqueeze(0)
+    relevance = seed_relevance(out, heads)
+    rule = RULES[rule_name]
+    with lrp.relevance_pass(layer, rules=lrp_rule(rule)) as mode:
+        watched = mode.watch(x)
+        explained = layer(watched)
+        (got,) = mode.backward(explained, relevance, [watched])
+    torch.testing.assert_close(explained.detach(), out, rtol=1e-10, atol=1e-12)
+    expected = T.single_map(twin, (x[0],), rule, relevance[0]).inputs[0]
+    assert_relevance(got[0], expected, f"SGFormerAttention / {rule_name}")
+    assert type(layer) is pyg_nn.SGFormerAttention  # swapped back
+
+
+def test_sgformer_attention_in_a_pass_computes_what_pyg_computes():
+    """In float32 (PyG's forward builds a float32 tensor of ones, so it runs
+    in float32 only), with padding masked, the pass's forward equals PyG's."""
+    torch.manual_seed(0)
+    layer = pyg_nn.SGFormerAttention(F_IN, heads=2, head_channels=3, qkv_bias=True).eval()
+    x = torch.randn(2, N, F_IN)
+    mask = torch.ones(2, N, dtype=torch.bool)
+    mask[1, N - 3:] = False
+    want = layer(x.clone(), mask)
+    with lrp.relevance_pass(layer) as mode:
+        got = layer(mode.watch(x), mask)
+    torch.testing.assert_close(got.detach(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_sgformer_is_explained_through_explainer():
+    """The whole ``SGFormer`` model (GCN branch, attention branch, masks of
+    padded batches) through PyG's ``Explainer``: its accounting adds up."""
+    torch.manual_seed(0)
+    model = pyg_nn.SGFormer(F_IN, 8, 3, trans_num_layers=1, trans_num_heads=2, gnn_num_layers=2).eval()
+    x = torch.randn(N, F_IN)
+    edge_index = random_edges(4)
+    batch = torch.tensor([0] * (N // 2) + [1] * (N - N // 2))
+    explainer = Explainer(model, algorithm=lrp.LRP(), explanation_type="model", node_mask_type="attributes",
+                          edge_mask_type="object",
+                          model_config=dict(mode="multiclass_classification", task_level="node", return_type="raw"))
+    explanation = explainer(x, edge_index, index=1, batch=batch)
+    assert abs(explanation.residual) <= 1e-4 * abs(explanation.score)
+    assert float(explanation.node_mask.abs().sum()) > 0
+
+
 # References of the layers that are not one map of x alone:
 # (layer, inputs, rule, relevance, edge_index) -> twins.LayerResult
 

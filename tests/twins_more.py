@@ -152,6 +152,52 @@ class GCN2Twin(Twin):
         return Back((propagate_t(self.msgs, self.coef, dh, self.num_nodes) + dx0,), edge, loops)
 
 
+class SGFormerAttentionTwin(Twin):
+    r"""``SGFormerAttention`` on one graph of ``N`` nodes (a batch of one, no
+    padding) with its attention frozen: unit queries :math:`\hat q_n` and
+    keys :math:`\hat k_l` per head (zeros replaced by 1e-6 first, as PyG
+    does), :math:`P_{nl} = (\hat q_n \cdot \hat k_l + N \delta_{nl}) /
+    (\sum_{l'} \hat q_n \cdot \hat k_{l'} + N)`, and
+    :math:`z = \frac{1}{H} \sum_h P_h (x W_{v,h}^\top + b_{v,h})`. The
+    value projection's weight and bias are what the rules modify. No
+    messages: the attention is over all pairs, not over edges."""
+
+    def __init__(self, layer: pyg_nn.SGFormerAttention, x: Tensor):
+        n = x.shape[0]
+        self.heads, self.channels = layer.heads, layer.head_channels
+
+        def unit(lin):
+            t = lin(x).detach().view(n, self.heads, self.channels)
+            t = torch.where(t == 0, torch.full_like(t, 1e-6), t)
+            return t / t.norm(dim=-1, keepdim=True)
+        q, k = unit(layer.q), unit(layer.k)
+        self.P = []
+        for h in range(self.heads):
+            s = torch.zeros(n, n, dtype=x.dtype)
+            for a in range(n):
+                for b in range(n):
+                    s[a, b] = q[a, h] @ k[b, h]
+            self.P.append((s + n * torch.eye(n, dtype=x.dtype)) / (s.sum(1, keepdim=True) + n))
+        self.weights = {"v.weight": _p(layer, "v.weight")}
+        self.biases = {} if layer.v.bias is None else {"v.bias": _p(layer, "v.bias")}
+
+    def _head(self, w: Tensor, h: int) -> Tensor:
+        return w[h * self.channels:(h + 1) * self.channels]
+
+    def forward(self, xs, p):
+        z = 0
+        for h in range(self.heads):
+            v = xs[0] @ self._head(p["v.weight"], h).T
+            if "v.bias" in p:
+                v = v + self._head(p["v.bias"], h)
+            z = z + self.P[h] @ v / self.heads
+        return z
+
+    def backward(self, xs, p, g):
+        dx = sum((self.P[h].T @ g / self.heads) @ self._head(p["v.weight"], h) for h in range(self.heads))
+        return Back((dx,), torch.zeros(0, dtype=g.dtype), torch.zeros(0, dtype=g.dtype))
+
+
 class MixHopTwin(Twin):
     r"""``MixHopConv``: :math:`h_k = \hat A h_{k-1}` (GCN normalisation with
     self-loops), :math:`z = [h_p W_p^\top]_{p \in P} + b` (concatenated in

@@ -5,8 +5,9 @@ parameter names and ``state_dict`` keys, same forward output. Outside a
 relevance pass they *are* the PyG layer (trainable as usual). Inside one
 (:func:`torch_geometric_lrp.relevance_pass`), the relevance mode gives their
 ``message`` / ``aggregate`` / ``update`` ops relevance rules, the
-attention layers treat their attention coefficients as constants, and
-``GCN2Conv`` runs its in-place scaling out of place.
+attention layers (and ``SGFormerAttention``) treat their attention
+coefficients as constants, and ``GCN2Conv`` runs its in-place scaling out
+of place.
 """
 from .conv import (
     APPNP,
@@ -22,10 +23,11 @@ from .conv import (
     GraphConv,
     SAGEConv,
     SGConv,
+    SGFormerAttention,
     TransformerConv,
 )
 
 __all__ = [
     "APPNP", "ChebConv", "EdgeConv", "GATConv", "GATv2Conv", "GCN2Conv", "GCNConv", "GeneralConv",
-    "GINConv", "GINEConv", "GraphConv", "SAGEConv", "SGConv", "TransformerConv",
+    "GINConv", "GINEConv", "GraphConv", "SAGEConv", "SGConv", "SGFormerAttention", "TransformerConv",
 ]

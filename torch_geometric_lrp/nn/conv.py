@@ -170,6 +170,34 @@ class GCN2Conv(pyg_nn.GCN2Conv):
             torch.addmm(x_0, x_0, self.weight2, beta=1. - self.beta, alpha=self.beta)
 
 
+class SGFormerAttention(pyg_nn.SGFormerAttention):
+    r""":class:`torch_geometric.nn.SGFormerAttention`; inside a relevance
+    pass the queries and keys are computed from the detached input, so the
+    (linear, all-pairs) attention is a constant like GAT's, and its masked
+    fill of the values runs out of place (PyG's drops the in-place result).
+    Per head, with :math:`\hat q_n`, :math:`\hat k_l` the unit queries and
+    keys, :math:`z_n = \sum_l P_{nl} v_l` where
+    :math:`P_{nl} = (\hat q_n \cdot \hat k_l + N \delta_{nl}) /
+    (\sum_{l'} \hat q_n \cdot \hat k_{l'} + N)`; heads are averaged."""
+
+    def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        if not is_active():
+            return super().forward(x, mask)
+        B, N, *_ = x.shape
+        gate = x.detach()
+        qs, ks = (lin(gate).reshape(B, N, self.heads, self.head_channels) for lin in (self.q, self.k))
+        vs = self.v(x).reshape(B, N, self.heads, self.head_channels)
+        if mask is not None:
+            vs = vs.masked_fill(~mask[:, :, None, None], 0.)
+        qs, ks = (t.masked_fill(t == 0, 1e-6) for t in (qs, ks))
+        qs, ks = (t / torch.linalg.norm(t, ord=2, dim=-1, keepdim=True) for t in (qs, ks))
+        kvs = torch.einsum("blhm,blhd->bhmd", ks, vs)
+        numerator = torch.einsum("bnhm,bhmd->bnhd", qs, kvs) + N * vs
+        ks_sum = torch.einsum("blhm,bl->bhm", ks, torch.ones([B, N], device=ks.device, dtype=ks.dtype))
+        normalizer = torch.einsum("bnhm,bhm->bnh", qs, ks_sum).unsqueeze(-1) + N
+        return (numerator / normalizer).mean(dim=2)
+
+
 def _inherit_call_types(cls: type) -> type:
     """Give ``cls`` the ``propagate`` / ``edge_updater`` argument types of its
     PyG parent.
@@ -201,4 +229,4 @@ for _cls in (GCNConv, GraphConv, SAGEConv, GINConv, GINEConv, ChebConv, SGConv, 
 #: ``edge_update`` or ``message``) or scale in place, hence the subclass.
 SWAPPABLE: dict[type, type] = {pyg_nn.GATConv: GATConv, pyg_nn.GATv2Conv: GATv2Conv,
                                pyg_nn.TransformerConv: TransformerConv, pyg_nn.GeneralConv: GeneralConv,
-                               pyg_nn.GCN2Conv: GCN2Conv}
+                               pyg_nn.GCN2Conv: GCN2Conv, pyg_nn.SGFormerAttention: SGFormerAttention}
