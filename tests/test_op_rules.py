@@ -208,6 +208,23 @@ def test_ops_that_are_a_few_simpler_ones(fn, written_out):
     torch.testing.assert_close(lrp0(fn, rule=Gamma(0.25)), lrp0(written_out, rule=Gamma(0.25)))
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.cumsum(x @ A, dim=0) @ W,
+    lambda x: torch.diff(x @ A, dim=-1),
+    lambda x: (x @ A).tril(),
+    lambda x: torch.diagonal(x @ A),
+    lambda x: F.pairwise_distance(x @ A, x @ B),
+    lambda x: torch.cdist(x @ A, x @ B),
+    lambda x: torch.cdist(x @ A, W, p=1.0),
+], ids=["cumsum", "diff", "tril", "diagonal", "pairwise_distance", "cdist", "cdist-p1"])
+def test_linear_ops_and_distances(fn):
+    """Sums and differences along a dimension (``cumsum``, ``diff``), masks
+    and diagonals are linear; distances are norms of differences (Euler,
+    degree 1). All piecewise linear or homogeneous of degree 1, so LRP-0 is
+    gradient x input. Before, they were refused."""
+    check(fn, fn)
+
+
 def test_piecewise_constant_ops_are_constants():
     """``sign``, ``floor``, ... have gradient 0: their outputs are constants of
     the pass. ``sign(h) * h`` is ``|h|``; ``h + floor(h)`` books what the

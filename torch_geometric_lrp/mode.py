@@ -213,7 +213,7 @@ flatten unflatten narrow select split split_with_sizes tensor_split chunk unbind
 to float double half bfloat16 type type_as cpu cuda detach detach_ requires_grad_
 masked_fill masked_fill_ index_fill index_fill_ flip roll pad where sort topk
 index_put index_put_ index_copy index_copy_ gather_csr data.__get__ new_zeros new_ones new_full new_empty
-zeros_like ones_like empty_like full_like
+zeros_like ones_like empty_like full_like tril triu diagonal
 values _coalesced_ sparse_coo_tensor sparse_csr_tensor
 """.split())
 # ``values`` / ``_coalesced_`` / ``sparse_*_tensor``: PyG reads edge features
@@ -469,6 +469,22 @@ def _cosine_similarity(mode, x1, x2, dim=1, eps=1e-8):
     return mode.call(torch.sum, mode.call(torch.mul, *unit), dim)
 
 
+def _pairwise_distance(mode, x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """``|x1 - x2 + eps|_p`` over the last dimension, op by op: the difference
+    is linear (``eps`` a constant term), the norm splits by Euler."""
+    difference = mode.call(torch.add, mode.call(torch.sub, x1, x2), eps)
+    return mode.call(torch.linalg.vector_norm, difference, p, -1, keepdim)
+
+
+def _cdist(mode, x1, x2, p=2.0, compute_mode=None):
+    """``|x1_i - x2_j|_p`` for every pair of rows, op by op (the differences
+    of all pairs, then a norm that splits by Euler)."""
+    if x1.dim() != 2 or x2.dim() != 2:
+        return NotImplemented
+    difference = mode.call(torch.sub, mode.call(torch.unsqueeze, x1, 1), mode.call(torch.unsqueeze, x2, 0))
+    return mode.call(torch.linalg.vector_norm, difference, p, -1)
+
+
 def _addcmul(mode, input, tensor1, tensor2, *, value=1):
     """``input + value * tensor1 * tensor2``, op by op."""
     product = mode.call(torch.mul, tensor1, tensor2)
@@ -594,7 +610,9 @@ HANDLERS: dict[str, Callable] = {
     "linalg.vector_norm": _homogeneous(torch.linalg.vector_norm, 1),
     "linalg.norm": _homogeneous(torch.linalg.norm, 1),
     "std": _homogeneous(torch.std, 1), "var": _homogeneous(torch.var, 2),
-    "cosine_similarity": _cosine_similarity, "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
+    "cosine_similarity": _cosine_similarity, "pairwise_distance": _pairwise_distance, "cdist": _cdist,
+    "functional.cdist": _cdist,
+    "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
     **{name: _piecewise_constant(getattr(torch, name)) for name in "sign sgn floor ceil round trunc heaviside".split()},
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
     "addmm": _addmm,
@@ -611,7 +629,7 @@ HANDLERS: dict[str, Callable] = {
 # gate (kept), in "copy" ops at a data position an input-like constant.
 _ADD_OPS = """add __add__ __radd__ __iadd__ add_ sub __sub__ __isub__ sub_ subtract __rsub__ rsub
 neg __neg__ negative sum mean scatter_add_ scatter_add index_add_ index_add scatter_reduce_ scatter_reduce
-segment_sum_csr segment_mean_csr""".split()
+segment_sum_csr segment_mean_csr cumsum diff""".split()
 _SCALAR_TERMS = frozenset("""add __add__ __radd__ __iadd__ add_ sub __sub__ __isub__ sub_ subtract __rsub__
 rsub""".split())
 _MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itruediv__ div_ true_divide divide
@@ -624,7 +642,7 @@ cat concat concatenate stack hstack vstack transpose t T.__get__ mT.__get__
 permute movedim swapaxes squeeze unsqueeze contiguous clone
 flatten unflatten narrow select split split_with_sizes tensor_split chunk unbind
 to float double half bfloat16 type type_as cpu cuda masked_fill index_fill flip roll pad where
-index_put gather_csr
+index_put gather_csr tril triu diagonal
 """.split())
 LINEAR_OPS: dict[str, str] = {
     **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
