@@ -447,7 +447,7 @@ def _homogeneous(fn, degree: int):
     divisor (``h / h.norm(...)``), it is a gate there, as every signal in a
     denominator is (``_div``)."""
     def handler(mode, input, *args, **kwargs):
-        if not _carries(input) or _carries(args) or _carries(kwargs):
+        if not _carries(input) or _carries(args) or _carries(kwargs) or kwargs.get("out") is not None:
             return NotImplemented
         return R.homogeneous(input, lambda x: fn(x, *args, **kwargs), degree)
     return handler
