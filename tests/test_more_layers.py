@@ -160,6 +160,11 @@ def test_sgformer_is_explained_through_explainer():
     explanation = explainer(x, edge_index, index=1, batch=batch)
     assert abs(explanation.residual) <= 1e-4 * abs(explanation.score)
     assert float(explanation.node_mask.abs().sum()) > 0
+    converted = lrp.convert(model)
+    assert type(converted.trans_conv.attns[0]) is lrp.nn.SGFormerAttention
+    torch.testing.assert_close(converted(x, edge_index, batch), model(x, edge_index, batch))
+    through_convert = lrp.explain(converted, x, edge_index, index=1, batch=batch)
+    torch.testing.assert_close(through_convert.node_mask, explanation.node_mask)
 
 
 # References of the layers that are not one map of x alone:

@@ -19,6 +19,7 @@ from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, MinAggregat
 from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.models.attentive_fp import GATEConv
 from torch_geometric.nn.models.basic_gnn import BasicGNN
+from torch_geometric.nn.models import sgformer
 from torch_geometric.nn.sequential import Sequential as PyGSequential
 from torch_geometric.utils._trim_to_layer import TrimToLayer
 
@@ -52,6 +53,8 @@ _SUPPORTED: set[type] = {
     pyg_nn.AGNNConv, GATEConv, pyg_nn.RGCNConv, pyg_nn.FastRGCNConv, pyg_nn.NNConv, pyg_nn.FiLMConv,
     pyg_nn.ResGatedGraphConv, pyg_nn.ARMAConv, pyg_nn.SimpleConv, pyg_nn.LGConv, pyg_nn.WLConvContinuous,
     pyg_nn.DirGNNConv,
+    # SGFormer's containers around SGFormerAttention (tests/test_more_layers.py)
+    pyg_nn.SGFormer, sgformer.SGModule, sgformer.GraphModule,
     # PyG normalisation layers, statistics held constant (tests/test_norm_layers.py)
     pyg_nn.GraphNorm, pyg_nn.LayerNorm, pyg_nn.InstanceNorm, pyg_nn.PairNorm,
 }
