@@ -213,7 +213,7 @@ flatten unflatten narrow select split split_with_sizes tensor_split chunk unbind
 to float double half bfloat16 type type_as cpu cuda detach detach_ requires_grad_
 masked_fill masked_fill_ index_fill index_fill_ flip roll pad where sort topk
 index_put index_put_ index_copy index_copy_ gather_csr data.__get__ new_zeros new_ones new_full new_empty
-zeros_like ones_like empty_like full_like tril triu diagonal
+zeros_like ones_like empty_like full_like tril triu diagonal scatter scatter_ masked_scatter masked_scatter_
 values _coalesced_ sparse_coo_tensor sparse_csr_tensor
 """.split())
 # ``values`` / ``_coalesced_`` / ``sparse_*_tensor``: PyG reads edge features
@@ -485,6 +485,74 @@ def _cdist(mode, x1, x2, p=2.0, compute_mode=None):
     return mode.call(torch.linalg.vector_norm, difference, p, -1)
 
 
+def _scatter(in_place: bool):
+    """``torch.scatter`` writes ``src`` into a copy of ``input``: a copy (see
+    ``COPIES``, and ``_is_data`` for its data positions). With ``reduce`` it
+    merges instead: ``'add'`` out of place is a scatter sum; the rest (and
+    an in-place ``scatter_`` with ``reduce``, whose result the caller may
+    drop) has no rule here."""
+    def handler(mode, input, dim, index, src=None, *, value=None, reduce=None):
+        if reduce is None:
+            return NotImplemented  # a copy
+        if reduce == "add" and isinstance(src, Tensor) and not in_place:
+            out = _scatter_into(input, dim, index, src, "sum", True)
+            if out is not NotImplemented:
+                return out
+        mode._report(f"scatter{'_' if in_place else ''} (reduce={reduce!r})")
+        return NotImplemented
+    return handler
+
+
+_NUMBER_WRITES = frozenset("masked_fill index_fill where scatter".split())
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) or \
+        isinstance(v, Tensor) and v.dim() == 0 and v.is_floating_point() and not _carries(v)
+
+
+def _number_written(mode, name: str, args, kwargs):
+    """``masked_fill(h, mask, v)``, ``index_fill(h, dim, index, v)``,
+    ``scatter(h, dim, index, v)`` and ``where(c, v, h)`` / ``where(c, h, v)``
+    with a number ``v`` (or a constant 0-dim tensor) put ``v`` into a signal.
+    A number is no operand, so whatever relevance reaches its entries would
+    vanish unmeasured (under every rule where ``v != 0``, and under rules that
+    do not read the input, such as ``Flat``, even for 0). Written as
+    ``where(mask, full_like(h, v), h)``, the constant is an operand of the
+    map that absorbs its share, measured."""
+    if name == "where":
+        if len(args) != 3 or kwargs:
+            return NotImplemented
+        condition, a, b = args
+        if _is_number(a) and isinstance(b, Tensor) and _carries(b):
+            return mode.call(torch.where, condition, _full(b, a), b)
+        if _is_number(b) and isinstance(a, Tensor) and _carries(a):
+            return mode.call(torch.where, condition, a, _full(a, b))
+        return NotImplemented
+    names = {"masked_fill": ("input", "mask", "value"), "index_fill": ("input", "dim", "index", "value"),
+             "scatter": ("input", "dim", "index", "src")}[name]
+    bound = dict(zip(names, args))
+    bound.update({("src" if k == "value" and name == "scatter" else k): v for k, v in kwargs.items()})
+    if set(bound) != set(names) or not isinstance(bound["input"], Tensor) or not _carries(bound["input"]):
+        return NotImplemented
+    value = bound["src" if name == "scatter" else "value"]
+    if not _is_number(value):
+        return NotImplemented
+    input = bound["input"]
+    if name == "masked_fill":
+        mask = bound["mask"]
+    else:
+        flags = torch.zeros(input.shape, dtype=torch.bool, device=input.device)
+        mask = flags.index_fill(bound["dim"], bound["index"], True) if name == "index_fill" else \
+            flags.scatter(bound["dim"], bound["index"], True)
+    return mode.call(torch.where, mask, _full(input, value), input)
+
+
+def _full(like: Tensor, value) -> Tensor:
+    """A constant tensor of ``like``'s shape holding the number ``value``."""
+    return torch.as_tensor(value, dtype=like.dtype, device=like.device).detach().expand(like.shape).clone()
+
+
 def _addcmul(mode, input, tensor1, tensor2, *, value=1):
     """``input + value * tensor1 * tensor2``, op by op."""
     product = mode.call(torch.mul, tensor1, tensor2)
@@ -610,6 +678,7 @@ HANDLERS: dict[str, Callable] = {
     "linalg.vector_norm": _homogeneous(torch.linalg.vector_norm, 1),
     "linalg.norm": _homogeneous(torch.linalg.norm, 1),
     "std": _homogeneous(torch.std, 1), "var": _homogeneous(torch.var, 2),
+    "scatter": _scatter(False), "scatter_": _scatter(True),
     "cosine_similarity": _cosine_similarity, "pairwise_distance": _pairwise_distance, "cdist": _cdist,
     "functional.cdist": _cdist,
     "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
@@ -642,7 +711,7 @@ cat concat concatenate stack hstack vstack transpose t T.__get__ mT.__get__
 permute movedim swapaxes squeeze unsqueeze contiguous clone
 flatten unflatten narrow select split split_with_sizes tensor_split chunk unbind
 to float double half bfloat16 type type_as cpu cuda masked_fill index_fill flip roll pad where
-index_put gather_csr tril triu diagonal
+index_put gather_csr tril triu diagonal scatter masked_scatter
 """.split())
 LINEAR_OPS: dict[str, str] = {
     **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
@@ -661,6 +730,19 @@ _WRITES = frozenset("__setitem__ index_put_ index_copy_ masked_scatter_ scatter_
 # In-place ops the pass runs out of place (see RelevanceMode.__torch_function__).
 _IN_PLACE = frozenset(_OUT_OF_PLACE) | frozenset(n for n in _PASS if n.endswith("_"))
 # Ops that only read metadata: they neither end a map nor need a rule.
+_write_funcs: dict = {}  # func -> whether it writes into its first argument in place
+
+
+def _writes_in_place(func) -> bool:
+    writes = _write_funcs.get(func)
+    if writes is None:
+        name = _op_name(func)
+        writes = _write_funcs[func] = name == "__setitem__" or (
+            name.endswith("_") and not name.endswith("__") and not name.startswith("_") and name not in _IN_PLACE
+            and name not in ("requires_grad_", "detach_", "retain_grad_"))
+    return writes
+
+
 _METADATA = frozenset("""size dim numel shape.__get__ dtype.__get__ device.__get__ ndim.__get__ layout.__get__
 is_floating_point is_complex __len__ stride is_contiguous element_size storage_offset requires_grad.__get__
 is_leaf.__get__ grad_fn.__get__ is_sparse.__get__ is_cuda.__get__ nelement ndimension get_device
@@ -688,6 +770,8 @@ def _is_linear(name: str, kind: str, args, kwargs) -> bool:
         return not _carries(args[1:]) and not _carries(list(kwargs.values()))
     if kind == "instance_norm":
         return not _carries(args[1:]) and not _carries(list(kwargs.values()))
+    if name == "scatter":
+        return kwargs.get("reduce") is None
     if name.startswith("scatter_reduce"):
         reduce = args[4] if len(args) > 4 else kwargs.get("reduce")
         return reduce in ("sum", "mean")
@@ -699,7 +783,8 @@ def _is_data(name: str, key) -> bool:
     dtype references)."""
     if key == 0 or key == "input" or (isinstance(key, tuple) and key[0] == 0):
         return True
-    return name == "where" and key in (1, 2, "other") or name == "index_put" and key in (2, "values")
+    return name == "where" and key in (1, 2, "other") or name == "index_put" and key in (2, "values") or \
+        name == "scatter" and key in (3, "src") or name == "masked_scatter" and key in (2, "source")
 
 
 def _tensors_of(args, kwargs) -> list:
@@ -1422,6 +1507,10 @@ class RelevanceMode(TorchFunctionMode):
             # forward of a custom autograd Function runs without grad too; its
             # ops are routed: see check_functions.)
             return _detached(func(*args, **kwargs))
+        if name in _NUMBER_WRITES:
+            out = _number_written(self, name, args, kwargs)
+            if out is not NotImplemented:
+                return out
         kind = LINEAR_OPS.get(name)
         if kind is not None:
             rule = self.current_rule()
@@ -1444,6 +1533,8 @@ class RelevanceMode(TorchFunctionMode):
             # the degree power of gcn_norm (learned edge weights normalised).
             a, kw = _filled(args, kwargs, [t.detach() for t, _ in _tensors_of(args, kwargs)])
             return func(*a, **kw)
+        if args and isinstance(args[0], Tensor) and _writes_in_place(func) and args[0] in self._maps:
+            self._written_map_end(func)
         handler = HANDLERS.get(name)
         if handler is not None:
             out = handler(self, *args, **kwargs)
@@ -1460,6 +1551,20 @@ class RelevanceMode(TorchFunctionMode):
         if name not in COPIES and _carries(out):
             self._report(name, out)
         return out
+
+    def _written_map_end(self, func) -> None:
+        """An op writes in place (``h[mask] = 0``, ``h.masked_fill_(...)``,
+        ``h.unsqueeze_(1)``) into a tensor that ends a linear map of the
+        pass. The map's stream outputs would no longer match it, and for a
+        one-stream rule they share its memory, which the rule still needs."""
+        key = f"'{_op_name(func)}' in {self.where()}"
+        if self.strict:
+            raise UnsupportedOpError(
+                f"{key} writes in place into a tensor that a linear op of the pass computed (the end of a "
+                f"linear map, whose per-stream copies the rule still needs). Write it out of place, e.g. "
+                f"h = h.masked_fill(mask, 0.0) or h = torch.where(mask, 0.0, h) instead of "
+                f"h.masked_fill_(mask, 0.0) or h[mask] = 0.0, or pass strict=False to only report it.")
+        self.unsupported[key + " (in place into a map end)"] += 1
 
     def _report(self, name: str, out=None) -> None:
         key = f"{name} in {self.where()}"
@@ -1484,7 +1589,7 @@ _COPY_NODES = frozenset([f"torch::autograd::{name}" for name in ("AccumulateGrad
     f"{name}Backward" for name in """View UnsafeView ReshapeAlias Alias AsStrided Expand Repeat Cat Stack T Transpose
     Permute Squeeze Unsqueeze Clone Select Slice Index IndexSelect Gather Take MaskedSelect Split SplitWithSizes
     Unbind ToCopy MaskedFill IndexFill Flip Roll ConstantPadNd ReflectionPad1D ReflectionPad2D ReflectionPad3D
-    ReplicationPad1D ReplicationPad2D ReplicationPad3D Where Sort Topk IndexPut IndexCopy Values
+    ReplicationPad1D ReplicationPad2D ReplicationPad3D Where Sort Topk IndexPut IndexCopy Values Scatter MaskedScatter
     SparseCooTensorWithDimsAndTensors""".split()])
 
 
