@@ -53,6 +53,7 @@ def grad_x_input(reference, x: Tensor = X) -> Tensor:
 
 
 A, B, W = weights(F_IN, HID, seed=2), weights(F_IN, HID, seed=3), weights(HID, HID, seed=4)
+MASK = (torch.arange(N) % 3 == 0).unsqueeze(-1).expand(N, HID)
 
 
 def check(fn, reference):
@@ -216,13 +217,31 @@ def test_ops_that_are_a_few_simpler_ones(fn, written_out):
     lambda x: F.pairwise_distance(x @ A, x @ B),
     lambda x: torch.cdist(x @ A, x @ B),
     lambda x: torch.cdist(x @ A, W, p=1.0),
-], ids=["cumsum", "diff", "tril", "diagonal", "pairwise_distance", "cdist", "cdist-p1"])
+    lambda x: torch.full((N, HID), 0.7, dtype=DTYPE).scatter(0, torch.arange(3).unsqueeze(-1).expand(3, HID),
+                                                             (x @ A)[:3]) @ W,
+    lambda x: torch.full((N, HID), 0.7, dtype=DTYPE).masked_scatter(MASK, x @ A) @ W,
+], ids=["cumsum", "diff", "tril", "diagonal", "pairwise_distance", "cdist", "cdist-p1", "scatter", "masked_scatter"])
 def test_linear_ops_and_distances(fn):
     """Sums and differences along a dimension (``cumsum``, ``diff``), masks
     and diagonals are linear; distances are norms of differences (Euler,
     degree 1). All piecewise linear or homogeneous of degree 1, so LRP-0 is
     gradient x input. Before, they were refused."""
     check(fn, fn)
+
+
+def test_scatter_with_reduce_add_is_a_scatter_sum():
+    """``scatter(..., reduce='add')`` (which torch itself cannot
+    differentiate) is explained as ``scatter_add``; other reductions are
+    refused."""
+    index = torch.arange(3).unsqueeze(-1).expand(3, HID)
+    base = torch.full((N, HID), 0.7, dtype=DTYPE)
+    with warnings.catch_warnings():  # torch's deprecation of reduce= (once per process)
+        warnings.simplefilter("ignore", UserWarning)
+        got = lrp0(lambda x: base.scatter(0, index, (x @ A)[:3], reduce="add") @ W)
+    torch.testing.assert_close(got, lrp0(lambda x: base.scatter_add(0, index, (x @ A)[:3]) @ W))
+    with pytest.raises(UnsupportedOpError, match="reduce='multiply'"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lrp0(lambda x: base.scatter(0, index, (x @ A)[:3], reduce="multiply") @ W)
 
 
 def test_piecewise_constant_ops_are_constants():
@@ -434,7 +453,6 @@ def test_the_out_of_place_write_and_a_write_after_an_activation_are_explained():
                                    lrp0(lambda x: after_relu(x, False), rule=rule))
 
 
-MASK = (torch.arange(N) % 3 == 0).unsqueeze(-1).expand(N, HID)
 NUMBER_WRITES = {
     "masked_fill": lambda h: h.masked_fill(MASK, 0.5),
     "masked_fill, 0-dim tensor": lambda h: h.masked_fill(MASK, torch.tensor(0.5, dtype=DTYPE)),
