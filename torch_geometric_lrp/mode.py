@@ -729,11 +729,13 @@ _OUT_OF_PLACE = {
 _WRITES = frozenset("__setitem__ index_put_ index_copy_ masked_scatter_ scatter_".split())
 # In-place ops the pass runs out of place (see RelevanceMode.__torch_function__).
 _IN_PLACE = frozenset(_OUT_OF_PLACE) | frozenset(n for n in _PASS if n.endswith("_"))
-# Ops that only read metadata: they neither end a map nor need a rule.
 _write_funcs: dict = {}  # func -> whether it writes into its first argument in place
 
 
 def _writes_in_place(func) -> bool:
+    """``func`` writes into its first argument where it is (``__setitem__``,
+    ``masked_fill_``, ``unsqueeze_``, ...; not the in-place ops the pass runs
+    out of place, ``_IN_PLACE``)."""
     writes = _write_funcs.get(func)
     if writes is None:
         name = _op_name(func)
@@ -743,6 +745,7 @@ def _writes_in_place(func) -> bool:
     return writes
 
 
+# Ops that only read metadata: they neither end a map nor need a rule.
 _METADATA = frozenset("""size dim numel shape.__get__ dtype.__get__ device.__get__ ndim.__get__ layout.__get__
 is_floating_point is_complex __len__ stride is_contiguous element_size storage_offset requires_grad.__get__
 is_leaf.__get__ grad_fn.__get__ is_sparse.__get__ is_cuda.__get__ nelement ndimension get_device
