@@ -14,6 +14,7 @@ drops the result of an in-place op is refused.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -492,6 +493,25 @@ def test_a_number_written_into_a_signal_absorbs_what_reaches_it(write, rule):
     reference, reference_absorbed, _ = relevance_and_absorbed(with_a_tensor)
     torch.testing.assert_close(relevance, reference)
     assert absorbed == pytest.approx(reference_absorbed, rel=1e-9)
+
+
+@pytest.mark.parametrize("rule", [Epsilon(0.0), Gamma(0.25), lrp.rules.AlphaBeta(2.0, 1.0)],
+                         ids=["eps0", "gamma", "alphabeta"])
+def test_an_infinite_mask_before_a_softmax_keeps_the_accounting_finite(rule):
+    """``h.masked_fill(mask, -inf).softmax(-1)`` (attention masking): the
+    ``-inf`` entries pass no relevance. Before, the stabiliser booked
+    ``-inf * 0 = NaN`` as absorbed, so ``absorbed`` and ``residual`` were
+    NaN, with a warning."""
+    mask = torch.zeros(N, HID, dtype=torch.bool)
+    mask[0, 1:] = True
+    mask[3, :2] = True
+    with relevance_pass(rules=rule) as mode:
+        watched = mode.watch(X)
+        out = (watched @ A).masked_fill(mask, float("-inf")).softmax(-1) @ W
+        with lrp.RelevanceAudit() as audit:
+            (relevance,) = mode.backward(out, out.detach(), [watched])
+    assert math.isfinite(audit.absorbed)
+    torch.testing.assert_close(relevance.sum() + audit.absorbed, out.detach().sum())
 
 
 def test_a_dropped_in_place_result_is_refused():

@@ -54,6 +54,13 @@ def open_stream(x: Tensor, modify: Callable[[Tensor], Tensor] | None) -> Tensor:
     return _Open.apply(x, modify)
 
 
+def _booked(value: Tensor, grad: Tensor) -> Tensor:
+    """``sum(value * grad)`` for the accounting, with the entries where ``grad``
+    is 0 left out: an infinite value there (a ``-inf`` mask before a
+    softmax) passes nothing, and would otherwise book ``inf * 0 = NaN``."""
+    return torch.where(grad == 0, 0, value * grad).sum()
+
+
 class _Constant(Function):
     @staticmethod
     def forward(ctx, anchor, value, label):
@@ -65,7 +72,7 @@ class _Constant(Function):
     def backward(ctx, grad):
         if audit.is_active():
             (value,) = ctx.saved_tensors
-            audit.record_absorbed(ctx.label, times(value, grad).sum())
+            audit.record_absorbed(ctx.label, _booked(value, grad))
         return None, None, None
 
 
@@ -123,7 +130,7 @@ class _Close(Function):
         grads, dropped = ctx.rule.gradients(relevance, outputs)
         if audit.is_active():
             lost = audit.lost_of(relevance, dropped)
-            passed = sum(times(z, g).sum() for z, g in zip(outputs, grads))
+            passed = sum(_booked(z, g) for z, g in zip(outputs, grads))
             audit.record("stabilizer", relevance, dropped, [passed], lost=lost)
         return (None, None, *grads)
 

@@ -42,6 +42,7 @@ mechanism for both.
 from __future__ import annotations
 
 import contextvars
+import math
 import sys
 import warnings
 import threading
@@ -507,8 +508,14 @@ _NUMBER_WRITES = frozenset("masked_fill index_fill where scatter".split())
 
 
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) or \
-        isinstance(v, Tensor) and v.dim() == 0 and v.is_floating_point() and not _carries(v)
+    """A finite number, or a constant 0-dim float tensor holding one. (An
+    infinite fill, as before a softmax, stays a copy: a constant ``-inf``
+    would book ``-inf * 0`` as absorbed, and the softmax gives its entries
+    nothing anyway.)"""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return math.isfinite(v)
+    return isinstance(v, Tensor) and v.dim() == 0 and v.is_floating_point() and not _carries(v) and \
+        bool(torch.isfinite(v))
 
 
 def _number_written(mode, name: str, args, kwargs):
