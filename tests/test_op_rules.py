@@ -267,6 +267,32 @@ def test_more_element_wise_ops_pass_relevance(op):
     torch.testing.assert_close(relevance.sum(), out.sum())
 
 
+def test_rms_norm_scales_by_a_constant():
+    """``torch.nn.RMSNorm``: the root mean square is a gate, as LayerNorm's
+    standard deviation is. Before, refused."""
+    rms = torch.nn.RMSNorm(HID, eps=1e-6).double()
+    with torch.no_grad():
+        rms.weight.copy_(weights(HID, seed=11))
+
+    def reference(x):
+        h = x @ A
+        return h * torch.rsqrt(h.detach().pow(2).mean(-1, keepdim=True) + 1e-6) * rms.weight.detach()
+    check(lambda x: rms(x @ A), reference)
+
+
+@pytest.mark.parametrize("as_factor,as_divisor", [
+    (lambda h: h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6),
+     lambda h: h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)),
+    (lambda h: h * (1 + h.abs()).reciprocal(), lambda h: h / (1 + h.abs())),
+], ids=["rsqrt", "reciprocal"])
+def test_one_over_a_signal_times_a_signal_is_the_division(as_factor, as_divisor):
+    """``h * rsqrt(y)`` and ``h * reciprocal(y)`` are ``h / sqrt(y)`` and
+    ``h / y``: the factor is a gate, as the denominator is."""
+    for rule in (Epsilon(0.0), Gamma(0.25)):
+        torch.testing.assert_close(lrp0(lambda x: as_factor(x @ A) @ W, rule=rule),
+                                   lrp0(lambda x: as_divisor(x @ A) @ W, rule=rule))
+
+
 def test_batch_statistics_are_gates():
     bn = torch.nn.BatchNorm1d(HID, affine=False, track_running_stats=False).double()
 

@@ -244,6 +244,8 @@ _PASS = {
     "abs": torch.abs, "abs_": torch.abs, "sqrt": torch.sqrt, "sqrt_": torch.sqrt,
     # exp: a positive weight (Gaussian kernels, unnormalised attention), a gate in a product
     "exp": torch.exp, "exp_": torch.exp,
+    # 1 / y and 1 / sqrt(y): a gate in a product, as y is in x / y (a hand-written RMS norm)
+    "rsqrt": torch.rsqrt, "rsqrt_": torch.rsqrt, "reciprocal": torch.reciprocal, "reciprocal_": torch.reciprocal,
 }
 
 
@@ -633,12 +635,24 @@ def _layer_norm(mode, input, normalized_shape, weight=None, bias=None, eps=1e-5)
     return R.layer_norm(input, normalized_shape, weight, bias, eps)
 
 
+def _rms_norm(mode, input, normalized_shape, weight=None, eps=None):
+    r"""``F.rms_norm`` (``torch.nn.RMSNorm``): :math:`x \, s` with
+    :math:`s = w / \sqrt{\mathrm{mean}(x^2) + \epsilon}` a gate, as the
+    standard deviation is in LayerNorm: a product of the map."""
+    dims = tuple(range(-len(normalized_shape), 0))
+    eps = torch.finfo(input.dtype).eps if eps is None else eps
+    scale = torch.rsqrt(input.detach().pow(2).mean(dims, keepdim=True) + eps)
+    if weight is not None:
+        scale = scale * weight.detach()
+    return mode.call(torch.mul, input, scale)
+
+
 # Output activations: the relevance of a class starts from its logit, the
 # input of these, which the mode remembers (see RelevanceMode.logits_of).
 _OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
 # Activations whose outputs are gates when they multiply another signal
 # (weights in [0, 1], [-1, 1] or positive: gates, attention, pooling scores, kernels).
-_GATES = (F.softmax, torch.sigmoid, torch.exp, torch.tanh)
+_GATES = (F.softmax, torch.sigmoid, torch.exp, torch.tanh, torch.rsqrt, torch.reciprocal)
 # Autograd nodes of reshapes that keep the order of elements.
 _ORDER_KEEPING = frozenset({"ViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward",
                             "CloneBackward", "UnsafeViewBackward", "AliasBackward"})
@@ -690,7 +704,7 @@ HANDLERS: dict[str, Callable] = {
     "functional.cdist": _cdist,
     "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
     **{name: _piecewise_constant(getattr(torch, name)) for name in "sign sgn floor ceil round trunc heaviside".split()},
-    "batch_norm": _batch_norm, "layer_norm": _layer_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
+    "batch_norm": _batch_norm, "layer_norm": _layer_norm, "rms_norm": _rms_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
     "addmm": _addmm,
     **{name: _pass(fn) for name, fn in _PASS.items()},
     **ATTENTION_HANDLERS, **RECURRENT_HANDLERS,
