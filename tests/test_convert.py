@@ -412,6 +412,19 @@ def test_rules_whose_types_match_no_module_are_refused():
     torch.testing.assert_close(some.node_mask, only.node_mask, rtol=0, atol=0)
 
 
+def test_torch_blocks_explained_op_by_op_are_accepted():
+    """``RMSNorm``, ``GLU`` and ``LogSigmoid`` go through ``convert``, and the
+    converted model conserves relevance."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.RMSNorm(6), torch.nn.GLU(), torch.nn.Linear(3, 3),
+                                torch.nn.LogSigmoid(), torch.nn.Linear(3, 2, bias=False)).double()
+    converted = lrp.convert(model)
+    x = torch.randn(5, 4, dtype=torch.float64)
+    torch.testing.assert_close(converted(x), model(x))
+    report = lrp.check_conservation(converted, x)
+    assert report.conserved(), report
+
+
 def test_composite_rule_is_the_one_used():
     # a single linear layer: Flat gives every input feature the same share
     model = torch.nn.Sequential(torch.nn.Linear(4, 1, bias=False))

@@ -40,7 +40,8 @@ _SUPPORTED: set[type] = {
     torch.nn.ReLU, torch.nn.LeakyReLU, torch.nn.ELU, torch.nn.SELU, torch.nn.CELU, torch.nn.GELU,
     torch.nn.SiLU, torch.nn.Mish, torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.Softplus, torch.nn.PReLU,
     torch.nn.ReLU6, torch.nn.Hardtanh, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.Softsign,
-    torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.BatchNorm1d, torch.nn.LayerNorm,
+    torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.BatchNorm1d, torch.nn.LayerNorm, torch.nn.RMSNorm,
+    torch.nn.GLU, torch.nn.LogSigmoid, torch.nn.CosineSimilarity, torch.nn.PairwiseDistance,
     torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
     # PyG building blocks
     pyg_nn.Linear, pyg_nn.MLP, pyg_nn.MetaLayer, pyg_nn.BatchNorm,
