@@ -424,32 +424,63 @@ class ScalesInPlace(pyg_nn.GCNConv):
         return out
 
 
-WRITES = {
-    "masked_fill_": lambda h, m: h.masked_fill_(m, 0.0),
-    "setitem": lambda h, m: h.__setitem__(m, 0.0),
-    "index_fill_": lambda h, m: h.index_fill_(1, torch.tensor([2]), 0.0),
-    "unsqueeze_": lambda h, m: h.unsqueeze_(0).squeeze_(0),
+WRITES = {  # name: (in place, the same out of place)
+    "masked_fill_": (lambda h, m: h.masked_fill_(m, 0.0), lambda h, m: h.masked_fill(m, 0.0)),
+    "masked_fill_ 0.5": (lambda h, m: h.masked_fill_(m, 0.5), lambda h, m: torch.where(m, 0.5, h)),
+    "setitem": (lambda h, m: h.__setitem__(m, 0.0), lambda h, m: torch.where(m, 0.0, h)),
+    "setitem rows": (lambda h, m: h.__setitem__(slice(1, 3), 0.5),
+                     lambda h, m: torch.cat([h[:1], torch.full_like(h[1:3], 0.5), h[3:]])),
+    "index_fill_": (lambda h, m: h.index_fill_(1, torch.tensor([2]), 0.5),
+                    lambda h, m: h.index_fill(1, torch.tensor([2]), 0.5)),
+    "unsqueeze_": (lambda h, m: h.unsqueeze_(0).squeeze_(0), lambda h, m: h),
+    "copy_": (lambda h, m: h.copy_(h * 2), lambda h, m: h * 2),
 }
 
 
 @pytest.mark.parametrize("write", list(WRITES))
-def test_an_in_place_write_into_a_map_end_is_refused(write):
-    """``h = x @ A`` ends a linear map; ``h.masked_fill_(...)`` or
-    ``h[mask] = 0`` then changes ``h`` but not the map's per-stream copies,
-    which the next linear op continues from (and, for one stream, shares
-    memory with). Before, the explanation came out wrong without a word under
-    ``Gamma`` (and with a residual under ``Epsilon``). Now refused, naming the
-    op and the out-of-place form; ``strict=False`` counts it."""
+@pytest.mark.parametrize("rule", [Epsilon(0.0), Gamma(0.25), lrp.rules.Flat()], ids=["eps0", "gamma", "flat"])
+def test_an_in_place_write_into_a_map_end_continues_the_map(write, rule):
+    """``h = x @ A`` ends a linear map; ``h.masked_fill_(...)`` or ``h[m] = 0``
+    then changes ``h``. The write is replayed on each stream of the map, so
+    the explanation equals that of the same write out of place, under every
+    rule, with a number written in absorbing its share. Before, the next
+    linear op continued from stream copies that did not see the write: a
+    wrong explanation without a word under ``Gamma``, a residual (or a
+    version error) under one-stream rules."""
+    in_place, out_of_place = WRITES[write]
+
+    def fn(x, write):
+        h = x @ A
+        written = write(h, h.detach() > 0.3)
+        if written is not None and written is not h:
+            h = written  # the out-of-place form returns a new tensor
+        return h @ W
+
+    def relevance_and_absorbed(f):
+        with relevance_pass(rules=rule) as mode:
+            watched = mode.watch(X)
+            out = f(watched)
+            with lrp.RelevanceAudit() as audit:
+                (relevance,) = mode.backward(out, out.detach(), [watched])
+        return out.detach(), relevance, audit.absorbed
+
+    out, relevance, absorbed = relevance_and_absorbed(lambda x: fn(x, in_place))
+    want_out, want, want_absorbed = relevance_and_absorbed(lambda x: fn(x, out_of_place))
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(relevance, want)
+    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+    torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
+
+
+def test_a_model_that_returns_a_tensor_written_in_place():
+    """The written tensor itself as the model's output: the pass seeds the
+    map's new end (``RelevanceMode.resolved``)."""
     def fn(x):
         h = x @ A
-        WRITES[write](h, h.detach() > 0.3)
-        return h @ W
-    with pytest.raises(UnsupportedOpError, match="writes in place into a tensor that a linear op of the pass "
-                                                 "computed.*out of place"):
-        lrp0(fn, rule=Gamma(0.25))
-    with relevance_pass(rules=Gamma(0.25), strict=False) as mode:
-        fn(mode.watch(X))
-    assert any("in place into a map end" in key for key in mode.unsupported)
+        h[h.detach() > 0.3] = 0.0
+        return h
+    torch.testing.assert_close(lrp0(fn, rule=Gamma(0.25)),
+                               lrp0(lambda x: torch.where((x @ A).detach() > 0.3, 0.0, x @ A), rule=Gamma(0.25)))
 
 
 def test_the_out_of_place_write_and_a_write_after_an_activation_are_explained():

@@ -750,6 +750,8 @@ _OUT_OF_PLACE = {
 _WRITES = frozenset("__setitem__ index_put_ index_copy_ masked_scatter_ scatter_".split())
 # In-place ops the pass runs out of place (see RelevanceMode.__torch_function__).
 _IN_PLACE = frozenset(_OUT_OF_PLACE) | frozenset(n for n in _PASS if n.endswith("_"))
+# Where the written number is among the arguments after the tensor written into.
+_WRITTEN_VALUE = {"__setitem__": 1, "masked_fill_": 1, "index_fill_": 2, "fill_": 0, "scatter_": 2}
 _write_funcs: dict = {}  # func -> whether it writes into its first argument in place
 
 
@@ -975,6 +977,7 @@ class RelevanceMode(TorchFunctionMode):
         # output of a linear op -> (rule, stream outputs): where a linear op
         # that consumes it continues the map
         self._maps = _ByIdentity()
+        self._written = _ByIdentity()  # map end written in place -> the map's new end
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
         self._nonzero: dict = {}  # (id(parameter), modifier) -> whether that has a non-zero entry
         # weights made of parameters in the forward (RGCNConv's weight[i], a basis
@@ -1321,6 +1324,7 @@ class RelevanceMode(TorchFunctionMode):
 
     def _backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]],
                   retain_graph: bool) -> list[Optional[Tensor]]:
+        out = self.resolved(out)
         wanted = [t for t in inputs if isinstance(t, Tensor) and t.requires_grad]
         grads: Sequence = ()
         if out.requires_grad:
@@ -1477,6 +1481,8 @@ class RelevanceMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in _METADATA_FUNCS:  # a third of a forward's calls: no relevance in, none out
             return func(*args, **(kwargs or {}))
+        if self._written:
+            args, kwargs = self._substituted(args, kwargs or {})
         out = self._route(func, args, kwargs or {})
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
                 _op_name(func) in _IN_PLACE and _carries(args[0]):
@@ -1558,7 +1564,7 @@ class RelevanceMode(TorchFunctionMode):
             a, kw = _filled(args, kwargs, [t.detach() for t, _ in _tensors_of(args, kwargs)])
             return func(*a, **kw)
         if args and isinstance(args[0], Tensor) and _writes_in_place(func) and args[0] in self._maps:
-            self._written_map_end(func)
+            return self._written_map_end(func, args, kwargs)
         handler = HANDLERS.get(name)
         if handler is not None:
             out = handler(self, *args, **kwargs)
@@ -1576,19 +1582,57 @@ class RelevanceMode(TorchFunctionMode):
             self._report(name, out)
         return out
 
-    def _written_map_end(self, func) -> None:
-        """An op writes in place (``h[mask] = 0``, ``h.masked_fill_(...)``,
-        ``h.unsqueeze_(1)``) into a tensor that ends a linear map of the
-        pass. The map's stream outputs would no longer match it, and for a
-        one-stream rule they share its memory, which the rule still needs."""
-        key = f"'{_op_name(func)}' in {self.where()}"
-        if self.strict:
-            raise UnsupportedOpError(
-                f"{key} writes in place into a tensor that a linear op of the pass computed (the end of a "
-                f"linear map, whose per-stream copies the rule still needs). Write it out of place, e.g. "
-                f"h = h.masked_fill(mask, 0.0) or h = torch.where(mask, 0.0, h) instead of "
-                f"h.masked_fill_(mask, 0.0) or h[mask] = 0.0, or pass strict=False to only report it.")
-        self.unsupported[key + " (in place into a map end)"] += 1
+    def _written_map_end(self, func, args, kwargs):
+        r"""``func`` writes in place (``h[mask] = 0``, ``h.masked_fill_(...)``,
+        ``h.unsqueeze_(0)``) into ``h = args[0]``, the end of a linear map.
+        The write continues the map: it is replayed on a copy of each stream
+        output (a number written in becomes a constant of the map, which
+        absorbs its share), and the written value closes the map anew. ``h``
+        gets the written value too, but for the pass it stands for the new
+        end from now on (:meth:`_substituted`): its own autograd history
+        still points at the old streams, whose memory (for a one-stream rule)
+        it shares, so it must not carry relevance itself."""
+        h, rest = args[0], list(args[1:])
+        rule, outputs = self._maps.get(h)
+        position = _WRITTEN_VALUE.get(_op_name(func))
+        if position is not None and position < len(rest) and _is_number(rest[position]):
+            rest[position] = _tensor(rest[position], h)  # a number written in: a constant of the map
+        numbers = tuple(rest)
+        kwargs = {k: _tensor(v, h) if k == "value" and _is_number(v) else v for k, v in kwargs.items()}
+        operands = [(t, "signal" if _carries(t) else "input" if t.is_floating_point() else "ref")
+                    for t, _ in _tensors_of(numbers, kwargs)]
+        streams = []
+        with torch.enable_grad():
+            for k, stream in enumerate(rule.streams()):
+                a, kw = _filled(numbers, kwargs, [self._stream_arg(t, r, rule, k, stream) for t, r in operands])
+                copy = outputs[k].clone()
+                func(copy, *a, **kw)
+                streams.append(copy)
+        value = h.detach().clone()
+        a, kw = _filled(numbers, kwargs, [_value_of(t) for t, _ in operands])
+        func(value, *a, **kw)
+        with torch.no_grad():  # the user's tensor holds the written value as well
+            func(h.detach(), *a, **kw)
+        self._written[h] = self._register(value, rule, streams)
+        return None if _op_name(func) == "__setitem__" else h
+
+    def _substituted(self, args, kwargs):
+        """``args`` and ``kwargs`` with every tensor written in place into a
+        map end replaced by the map's new end (see :meth:`_written_map_end`)."""
+        def sub(obj):
+            if isinstance(obj, Tensor):
+                written = self._written.get(obj)
+                return obj if written is None else written
+            if isinstance(obj, (list, tuple)):
+                return type(obj)(sub(o) for o in obj)
+            return obj
+        return tuple(sub(a) for a in args), {k: sub(v) for k, v in kwargs.items()}
+
+    def resolved(self, t):
+        """``t``, or the tensor that stands for it in the pass where the forward
+        wrote into it in place (a model that returns such a tensor)."""
+        written = self._written.get(t) if isinstance(t, Tensor) else None
+        return t if written is None else written
 
     def _report(self, name: str, out=None) -> None:
         key = f"{name} in {self.where()}"
