@@ -472,6 +472,23 @@ def test_an_in_place_write_into_a_map_end_continues_the_map(write, rule):
     torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
 
 
+def test_a_write_through_a_view_of_a_map_end_is_refused():
+    """``v = h[:, :2]; v.zero_()`` changes ``h`` too, which no replay on
+    ``v``'s streams reaches. Before, explained wrongly (under ``Gamma``
+    without a word). Refused, naming the op; ``strict=False`` counts it."""
+    def fn(x):
+        h = x @ A
+        v = h[:, :2]
+        v.zero_()
+        return h @ W
+    with pytest.raises(UnsupportedOpError, match="'zero_' .* writes in place into memory that a tensor computed by "
+                                                 "a linear op of the pass shares"):
+        lrp0(fn, rule=Gamma(0.25))
+    with relevance_pass(rules=Gamma(0.25), strict=False) as mode:
+        fn(mode.watch(X))
+    assert any("in place into a view of a map end" in key for key in mode.unsupported)
+
+
 def test_a_model_that_returns_a_tensor_written_in_place():
     """The written tensor itself as the model's output: the pass seeds the
     map's new end (``RelevanceMode.resolved``)."""

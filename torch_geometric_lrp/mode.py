@@ -1563,8 +1563,10 @@ class RelevanceMode(TorchFunctionMode):
             # the degree power of gcn_norm (learned edge weights normalised).
             a, kw = _filled(args, kwargs, [t.detach() for t, _ in _tensors_of(args, kwargs)])
             return func(*a, **kw)
-        if args and isinstance(args[0], Tensor) and _writes_in_place(func) and args[0] in self._maps:
-            return self._written_map_end(func, args, kwargs)
+        if args and isinstance(args[0], Tensor) and _writes_in_place(func) and self._maps:
+            self._check_aliases(func, args[0])
+            if args[0] in self._maps:
+                return self._written_map_end(func, args, kwargs)
         handler = HANDLERS.get(name)
         if handler is not None:
             out = handler(self, *args, **kwargs)
@@ -1615,6 +1617,24 @@ class RelevanceMode(TorchFunctionMode):
             func(h.detach(), *a, **kw)
         self._written[h] = self._register(value, rule, streams)
         return None if _op_name(func) == "__setitem__" else h
+
+    def _check_aliases(self, func, t: Tensor) -> None:
+        """``t`` is written in place: another map end that shares its memory (a
+        view of it, or it a view of the other) would change without its
+        streams seeing the change, which no replay on ``t``'s streams fixes."""
+        storage = t.untyped_storage().data_ptr()
+        for ref, _ in list(self._maps._data.values()):
+            other = ref()
+            if other is not None and other is not t and other.untyped_storage().data_ptr() == storage:
+                key = f"'{_op_name(func)}' in {self.where()}"
+                if self.strict:
+                    raise UnsupportedOpError(
+                        f"{key} writes in place into memory that a tensor computed by a linear op of the pass "
+                        f"shares (a view of it, such as h[:, :2] or h.view(-1)): that tensor would change "
+                        f"without the rule seeing it. Write it out of place (v = v.masked_fill(...), "
+                        f"torch.cat or torch.where on h), or pass strict=False to only report it.")
+                self.unsupported[key + " (in place into a view of a map end)"] += 1
+                return
 
     def _substituted(self, args, kwargs):
         """``args`` and ``kwargs`` with every tensor written in place into a
