@@ -978,6 +978,7 @@ class RelevanceMode(TorchFunctionMode):
         # that consumes it continues the map
         self._maps = _ByIdentity()
         self._written = _ByIdentity()  # map end written in place -> the map's new end
+        self._any_written = False
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
         self._nonzero: dict = {}  # (id(parameter), modifier) -> whether that has a non-zero entry
         # weights made of parameters in the forward (RGCNConv's weight[i], a basis
@@ -1481,7 +1482,7 @@ class RelevanceMode(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in _METADATA_FUNCS:  # a third of a forward's calls: no relevance in, none out
             return func(*args, **(kwargs or {}))
-        if self._written:
+        if self._any_written:  # a plain flag: this runs for every torch call of the pass
             args, kwargs = self._substituted(args, kwargs or {})
         out = self._route(func, args, kwargs or {})
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
@@ -1616,6 +1617,7 @@ class RelevanceMode(TorchFunctionMode):
         with torch.no_grad():  # the user's tensor holds the written value as well
             func(h.detach(), *a, **kw)
         self._written[h] = self._register(value, rule, streams)
+        self._any_written = True
         return None if _op_name(func) == "__setitem__" else h
 
     def _check_aliases(self, func, t: Tensor) -> None:
