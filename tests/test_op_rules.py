@@ -47,6 +47,17 @@ def lrp0(fn, x: Tensor = X, rule=None) -> Tensor:
     return relevance
 
 
+def lrp0_audited(fn, rule) -> tuple[Tensor, Tensor, float]:
+    """``(fn(x), input relevance, absorbed)`` of ``fn(x)`` seeded with its own
+    value, the absorbed relevance measured by a ``RelevanceAudit``."""
+    with relevance_pass(rules=rule) as mode:
+        watched = mode.watch(X)
+        out = fn(watched)
+        with lrp.RelevanceAudit() as audit:
+            (relevance,) = mode.backward(out, out.detach(), [watched])
+    return out.detach(), relevance, audit.absorbed
+
+
 def grad_x_input(reference, x: Tensor = X) -> Tensor:
     x = x.clone().requires_grad_()
     reference(x).sum().backward()
@@ -456,16 +467,8 @@ def test_an_in_place_write_into_a_map_end_continues_the_map(write, rule):
             h = written  # the out-of-place form returns a new tensor
         return h @ W
 
-    def relevance_and_absorbed(f):
-        with relevance_pass(rules=rule) as mode:
-            watched = mode.watch(X)
-            out = f(watched)
-            with lrp.RelevanceAudit() as audit:
-                (relevance,) = mode.backward(out, out.detach(), [watched])
-        return out.detach(), relevance, audit.absorbed
-
-    out, relevance, absorbed = relevance_and_absorbed(lambda x: fn(x, in_place))
-    want_out, want, want_absorbed = relevance_and_absorbed(lambda x: fn(x, out_of_place))
+    out, relevance, absorbed = lrp0_audited(lambda x: fn(x, in_place), rule)
+    want_out, want, want_absorbed = lrp0_audited(lambda x: fn(x, out_of_place), rule)
     torch.testing.assert_close(out, want_out)
     torch.testing.assert_close(relevance, want)
     assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
@@ -554,17 +557,10 @@ def test_a_number_written_into_a_signal_absorbs_what_reaches_it(write, rule):
         written = NUMBER_WRITES[write](torch.zeros_like(h.detach()))  # where the number lands
         return torch.where(written == 0.5, torch.full_like(h.detach(), 0.5), h)
 
-    def relevance_and_absorbed(f):
-        with relevance_pass(rules=rule) as mode:
-            watched = mode.watch(X)
-            out = f(watched)
-            with lrp.RelevanceAudit() as audit:
-                (relevance,) = mode.backward(out, out.detach(), [watched])
-        return relevance, audit.absorbed, out.detach().sum()
-    relevance, absorbed, score = relevance_and_absorbed(fn)
-    torch.testing.assert_close(relevance.sum() + absorbed, score)
+    out, relevance, absorbed = lrp0_audited(fn, rule)
+    torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
     assert abs(absorbed) > 1e-6
-    reference, reference_absorbed, _ = relevance_and_absorbed(with_a_tensor)
+    _, reference, reference_absorbed = lrp0_audited(with_a_tensor, rule)
     torch.testing.assert_close(relevance, reference)
     assert absorbed == pytest.approx(reference_absorbed, rel=1e-9)
 

@@ -454,6 +454,21 @@ class _Pass(Function):
         return relevance, None, None
 
 
+def _proportional(op: str, relevance: Tensor, x: Tensor, out: Tensor, adjoint: Callable[[Tensor], Tensor],
+                  scale: float = 1.0) -> Tensor:
+    r"""The proportional split of an op ``out = f(x)`` that is linear (or,
+    with ``scale = 1 / d``, homogeneous of degree ``d``) in ``x``:
+    :math:`R_x = x \odot J^\top (R / z)` times ``scale``, where ``adjoint``
+    is :math:`J^\top`; outputs with :math:`z = 0` lose their relevance
+    (recorded)."""
+    s, dropped = divide(relevance, out)
+    r = times(x, adjoint(s))
+    if scale != 1.0:
+        r = r * scale
+    _record(op, relevance, dropped, r)
+    return r
+
+
 class _Homogeneous(Function):
     @staticmethod
     def forward(ctx, x, fn, degree):
@@ -467,11 +482,7 @@ class _Homogeneous(Function):
     @staticmethod
     def backward(ctx, relevance):
         x, out = ctx.saved_tensors
-        s, dropped = divide(relevance, out)
-        (g,) = ctx.vjp(s)
-        r = times(x, g) / ctx.degree
-        _record("homogeneous", relevance, dropped, r)
-        return r, None, None
+        return _proportional("homogeneous", relevance, x, out, lambda s: ctx.vjp(s)[0], 1.0 / ctx.degree), None, None
 
 
 def homogeneous(x: Tensor, fn: Callable[[Tensor], Tensor], degree: int = 1) -> Tensor:
@@ -618,10 +629,7 @@ class _MatMul(Function):
     @staticmethod
     def backward(ctx, relevance):
         x, out = ctx.saved_tensors
-        s, dropped = divide(relevance, out)
-        r = times(x, _transpose(ctx.adj) @ s)
-        _record("matmul", relevance, dropped, r)
-        return r, None
+        return _proportional("matmul", relevance, x, out, lambda s: _transpose(ctx.adj) @ s), None
 
 
 def matmul(adj, x: Tensor) -> Tensor:
