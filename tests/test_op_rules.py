@@ -181,6 +181,33 @@ def test_norms_std_and_var_split_by_euler(name, fn, degree):
         check(lambda x: fn(x @ A), lambda x: fn(x @ A))
 
 
+@pytest.mark.parametrize("fused,separate", [
+    (lambda h: torch.std_mean(h, 0), lambda h: (torch.std(h, 0), torch.mean(h, 0))),
+    (lambda h: torch.var_mean(h, dim=1, keepdim=True, correction=0),
+     lambda h: (torch.var(h, dim=1, keepdim=True, correction=0), torch.mean(h, dim=1, keepdim=True))),
+    (lambda h: torch.std_mean(h), lambda h: (torch.std(h), torch.mean(h))),
+], ids=["std_mean", "var_mean", "std_mean-all"])
+def test_fused_statistics_are_their_parts(fused, separate):
+    """``std_mean`` and ``var_mean`` are the statistic and the mean, each with
+    its own rule. Before, refused."""
+    def combine(pair):
+        statistic, mean = pair
+        return statistic.sum() * 0.5 + mean.sum()
+    torch.testing.assert_close(lrp0(lambda x: combine(fused(x @ A)).reshape(1)),
+                               lrp0(lambda x: combine(separate(x @ A)).reshape(1)))
+
+
+@pytest.mark.parametrize("fn,written_out", [
+    (lambda x: torch.baddbmm((x @ A).unsqueeze(0), (x @ B).unsqueeze(0), W.unsqueeze(0), beta=0.5, alpha=2.0),
+     lambda x: 0.5 * (x @ A).unsqueeze(0) + 2.0 * ((x @ B).unsqueeze(0) @ W.unsqueeze(0))),
+    (lambda x: torch.addmv((x @ A)[0], W, (x @ B)[1]), lambda x: (x @ A)[0] + torch.mv(W, (x @ B)[1])),
+], ids=["baddbmm", "addmv"])
+def test_batched_and_vector_addmm_are_their_linear_ops(fn, written_out):
+    torch.testing.assert_close(lrp0(fn), lrp0(written_out))
+    torch.testing.assert_close(lrp0(fn, rule=Gamma(0.25)), lrp0(written_out, rule=Gamma(0.25)))
+    check(fn, fn)
+
+
 def test_a_signal_divided_by_its_norm_gives_the_norm_nothing():
     """``h / h.norm(...)`` (and the standardised ``(h - mean) / std``): the
     norm is a denominator, held constant like every signal there."""

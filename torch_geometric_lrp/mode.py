@@ -324,6 +324,18 @@ def _addmm(mode, input, mat1, mat2, *, beta=1, alpha=1):
     return mode.call(torch.add, product, mode.call(torch.mul, input, beta) if beta != 1 else input)
 
 
+def _statistic_and_mean(statistic):
+    """``torch.std_mean`` / ``var_mean``: the statistic (Euler's split, see
+    ``_homogeneous``) and the mean (linear), each routed as its own op."""
+    def handler(mode, input, *args, **kwargs):
+        dim = args[0] if args and not isinstance(args[0], bool) else kwargs.get("dim")
+        keepdim = kwargs.get("keepdim", args[2] if len(args) > 2 else False)
+        mean = mode.call(torch.mean, input) if dim is None and not keepdim else \
+            mode.call(torch.mean, input, dim if dim is not None else tuple(range(input.dim())), keepdim=keepdim)
+        return mode.call(statistic, input, *args, **kwargs), mean
+    return handler
+
+
 def _linear(mode, input, weight, bias=None):
     if _carries(weight) or _carries(bias):
         return NotImplemented
@@ -705,7 +717,8 @@ HANDLERS: dict[str, Callable] = {
     "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
     **{name: _piecewise_constant(getattr(torch, name)) for name in "sign sgn floor ceil round trunc heaviside".split()},
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "rms_norm": _rms_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
-    "addmm": _addmm,
+    "addmm": _addmm, "baddbmm": _addmm, "addmv": _addmm,
+    "std_mean": _statistic_and_mean(torch.std), "var_mean": _statistic_and_mean(torch.var),
     **{name: _pass(fn) for name, fn in _PASS.items()},
     **ATTENTION_HANDLERS, **RECURRENT_HANDLERS,
 }
@@ -723,8 +736,8 @@ segment_sum_csr segment_mean_csr cumsum diff""".split()
 _SCALAR_TERMS = frozenset("""add __add__ __radd__ __iadd__ add_ sub __sub__ __isub__ sub_ subtract __rsub__
 rsub""".split())
 _MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itruediv__ div_ true_divide divide
-matmul __matmul__ mm bmm""".split()
-_WEIGHT_PRODUCTS = frozenset("matmul __matmul__ mm".split())
+matmul __matmul__ mm bmm mv""".split()
+_WEIGHT_PRODUCTS = frozenset("matmul __matmul__ mm mv".split())
 MAP_COPIES = frozenset("""
 __getitem__ index_select gather take take_along_dim masked_select
 view view_as reshape reshape_as expand expand_as broadcast_to repeat repeat_interleave tile
