@@ -208,6 +208,22 @@ def test_batched_and_vector_addmm_are_their_linear_ops(fn, written_out):
     check(fn, fn)
 
 
+@pytest.mark.parametrize("fn,written_out", [
+    (lambda x: torch.einsum("nd,de,ne->n", x @ A, W, x @ B), lambda x: ((x @ A) @ W * (x @ B)).sum(-1)),
+    (lambda x: torch.einsum("ni,ni->n", x @ A, x @ B), lambda x: ((x @ A) * (x @ B)).sum(-1)),
+    (lambda x: torch.einsum("ni,nj->nij", x @ A, x @ B).sum((-1, -2)),
+     lambda x: ((x @ A).sum(-1) * (x @ B).sum(-1))),
+], ids=["bilinear", "dot", "outer"])
+def test_einsum_of_several_signals_is_the_product_rule(fn, written_out):
+    """An ``einsum`` of two signals (a bilinear link score) is multilinear:
+    Euler's split of degree 2, the product rule per term, the same as the
+    products and sums written out. Before, refused."""
+    out, relevance, absorbed = lrp0_audited(fn, Epsilon(0.0))
+    _, want, _ = lrp0_audited(written_out, Epsilon(0.0))
+    torch.testing.assert_close(relevance, want)
+    torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
+
+
 def test_a_signal_divided_by_its_norm_gives_the_norm_nothing():
     """``h / h.norm(...)`` (and the standardised ``(h - mean) / std``): the
     norm is a denominator, held constant like every signal there."""

@@ -454,46 +454,40 @@ class _Pass(Function):
         return relevance, None, None
 
 
-def _proportional(op: str, relevance: Tensor, x: Tensor, out: Tensor, adjoint: Callable[[Tensor], Tensor],
-                  scale: float = 1.0) -> Tensor:
-    r"""The proportional split of an op ``out = f(x)`` that is linear (or,
-    with ``scale = 1 / d``, homogeneous of degree ``d``) in ``x``:
-    :math:`R_x = x \odot J^\top (R / z)` times ``scale``, where ``adjoint``
-    is :math:`J^\top`; outputs with :math:`z = 0` lose their relevance
-    (recorded)."""
-    s, dropped = divide(relevance, out)
-    r = times(x, adjoint(s))
-    if scale != 1.0:
-        r = r * scale
-    _record(op, relevance, dropped, r)
-    return r
-
-
 class _Homogeneous(Function):
     @staticmethod
-    def forward(ctx, x, fn, degree):
+    def forward(ctx, fn, degree, *xs):
         # torch.func.vjp rather than autograd in the backward: it composes
         # with the vmap of batched backwards (walks)
-        out, ctx.vjp = torch.func.vjp(fn, x.detach())
+        out, ctx.vjp = torch.func.vjp(fn, *(x.detach() for x in xs))
         ctx.degree = degree
-        ctx.save_for_backward(x, out)
+        ctx.save_for_backward(out, *xs)
         return out
 
     @staticmethod
     def backward(ctx, relevance):
-        x, out = ctx.saved_tensors
-        return _proportional("homogeneous", relevance, x, out, lambda s: ctx.vjp(s)[0], 1.0 / ctx.degree), None, None
+        out, *xs = ctx.saved_tensors
+        s, dropped = divide(relevance, out)
+        grads = ctx.vjp(s)
+        rs = [times(x, g) / ctx.degree for x, g in zip(xs, grads)]
+        _record("homogeneous", relevance, dropped, *rs)
+        return (None, None, *rs)
 
 
-def homogeneous(x: Tensor, fn: Callable[[Tensor], Tensor], degree: int = 1) -> Tensor:
-    r"""``fn(x)`` for a reduction that is positively homogeneous of degree
-    ``degree`` in ``x`` (a norm, a standard deviation: 1; a variance: 2).
+def homogeneous(x: Union[Tensor, Sequence[Tensor]], fn: Callable[..., Tensor], degree: int = 1) -> Tensor:
+    r"""``fn(x)`` (``fn(*x)`` for a sequence of inputs) for a function that is
+    positively homogeneous of degree ``degree`` in its inputs taken together:
+    a norm or a standard deviation of one input (1), a variance (2), a
+    multilinear product of ``k`` signals such as an ``einsum`` (``k``).
     By Euler's theorem :math:`\sum_i x_i \, \partial y / \partial x_i = d \, y`
     for every output :math:`y`, so the split
     :math:`R_i = x_i \, \partial y / \partial x_i \, R / (d \, y)` conserves
     relevance exactly; it is gradient x input scaled to the output's
-    relevance. An output of 0 loses its relevance (reported)."""
-    return _Homogeneous.apply(x, fn, degree)
+    relevance, and for a product of signals it is the product rule (each
+    factor of each term gets an equal share). An output of 0 loses its
+    relevance (reported)."""
+    xs = (x,) if isinstance(x, Tensor) else tuple(x)
+    return _Homogeneous.apply(fn, degree, *xs)
 
 
 def activation(x: Tensor, fn: Callable[..., Tensor], *args) -> Tensor:
@@ -629,7 +623,10 @@ class _MatMul(Function):
     @staticmethod
     def backward(ctx, relevance):
         x, out = ctx.saved_tensors
-        return _proportional("matmul", relevance, x, out, lambda s: _transpose(ctx.adj) @ s), None
+        s, dropped = divide(relevance, out)
+        r = times(x, _transpose(ctx.adj) @ s)
+        _record("matmul", relevance, dropped, r)
+        return r, None
 
 
 def matmul(adj, x: Tensor) -> Tensor:

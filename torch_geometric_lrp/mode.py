@@ -324,6 +324,27 @@ def _addmm(mode, input, mat1, mat2, *, beta=1, alpha=1):
     return mode.call(torch.add, product, mode.call(torch.mul, input, beta) if beta != 1 else input)
 
 
+def _einsum(mode, equation, *operands):
+    """``torch.einsum`` with ``k >= 2`` operands that carry relevance (a
+    bilinear score ``einsum('nd,de,ne->n', h_i, W, h_j)``): multilinear in
+    them, so homogeneous of degree ``k``; Euler's split is the product rule
+    per term (each signal factor gets an equal share). The other operands
+    are constants. (One signal: a linear op of the map, see ``LINEAR_OPS``.)"""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    signals = [i for i, t in enumerate(operands) if _carries(t)]
+    if len(signals) < 2 or not isinstance(equation, str):
+        return NotImplemented
+    constants = [t.detach() if isinstance(t, Tensor) else t for t in operands]
+
+    def fn(*xs):
+        filled = list(constants)
+        for i, x in zip(signals, xs):
+            filled[i] = x
+        return torch.einsum(equation, *filled)
+    return R.homogeneous([operands[i] for i in signals], fn, len(signals))
+
+
 def _statistic_and_mean(statistic):
     """``torch.std_mean`` / ``var_mean``: the statistic (Euler's split, see
     ``_homogeneous``) and the mean (linear), each routed as its own op."""
@@ -717,7 +738,7 @@ HANDLERS: dict[str, Callable] = {
     "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
     **{name: _piecewise_constant(getattr(torch, name)) for name in "sign sgn floor ceil round trunc heaviside".split()},
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "rms_norm": _rms_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
-    "addmm": _addmm, "baddbmm": _addmm, "addmv": _addmm,
+    "addmm": _addmm, "baddbmm": _addmm, "addmv": _addmm, "einsum": _einsum, "functional.einsum": _einsum,
     "std_mean": _statistic_and_mean(torch.std), "var_mean": _statistic_and_mean(torch.var),
     **{name: _pass(fn) for name, fn in _PASS.items()},
     **ATTENTION_HANDLERS, **RECURRENT_HANDLERS,
