@@ -518,6 +518,42 @@ def test_an_in_place_write_into_a_map_end_continues_the_map(write, rule):
     torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
 
 
+class WritesBetweenLayers(torch.nn.Module):
+    """``l1``, a write into its output in the model's own forward (whose rule
+    differs from ``l1``'s), then ``l2``."""
+
+    def __init__(self, in_place: bool):
+        super().__init__()
+        torch.manual_seed(4)
+        self.l1, self.l2 = torch.nn.Linear(F_IN, HID).double(), torch.nn.Linear(HID, 3).double()
+        self.in_place = in_place
+
+    def forward(self, x):
+        h = self.l1(x)
+        mask = h.detach() > 0.3
+        if self.in_place:
+            h[mask] = 0.5
+        else:
+            h = torch.where(mask, 0.5, h)
+        return self.l2(h.relu() + h)
+
+
+@pytest.mark.parametrize("l1_rule", [Epsilon(0.0), Epsilon(1e-3), Gamma(0.25)], ids=["eps0", "eps", "gamma"])
+def test_an_in_place_write_under_another_rule_starts_a_map(l1_rule):
+    """Written under another rule than the map it writes into, the write
+    starts a map of its own, as an out-of-place op there does: the two forms
+    agree (the one-stream map's memory, shared with the written tensor, is
+    copied first: no version error)."""
+    def relevance(model):
+        rules = {"l1": l1_rule, "l2": Gamma(0.5)}
+        with relevance_pass(model, rules=rules, default_rule=Epsilon(1e-6)) as mode:
+            watched = mode.watch(X)
+            out = model(watched)
+            (r,) = mode.backward(out, out.detach(), [watched])
+        return r
+    torch.testing.assert_close(relevance(WritesBetweenLayers(True)), relevance(WritesBetweenLayers(False)))
+
+
 def test_a_write_through_a_view_of_a_map_end_is_refused():
     """``v = h[:, :2]; v.zero_()`` changes ``h`` too, which no replay on
     ``v``'s streams reaches. Before, explained wrongly (under ``Gamma``

@@ -1631,6 +1631,18 @@ class RelevanceMode(TorchFunctionMode):
         it shares, so it must not carry relevance itself."""
         h, rest = args[0], list(args[1:])
         rule, outputs = self._maps.get(h)
+        current = self.current_rule()
+        with torch.enable_grad():
+            if current == rule:
+                sources = list(outputs)
+            else:
+                # The write runs under another rule, so, as for any linear op, it
+                # starts a map of its own: the old map ends at a copy of ``h``
+                # (the old streams copied too, since ``h`` shares memory with a
+                # one-stream rule's and is about to be written).
+                end = self._register(h.detach().clone(), rule, [o.clone() for o in outputs])
+                sources = [self._stream_input(end, current, k, stream) for k, stream in enumerate(current.streams())]
+                rule = current
         position = _WRITTEN_VALUE.get(_op_name(func))
         if position is not None and position < len(rest) and _is_number(rest[position]):
             rest[position] = _tensor(rest[position], h)  # a number written in: a constant of the map
@@ -1642,7 +1654,7 @@ class RelevanceMode(TorchFunctionMode):
         with torch.enable_grad():
             for k, stream in enumerate(rule.streams()):
                 a, kw = _filled(numbers, kwargs, [self._stream_arg(t, r, rule, k, stream) for t, r in operands])
-                copy = outputs[k].clone()
+                copy = sources[k].clone()
                 func(copy, *a, **kw)
                 streams.append(copy)
         value = h.detach().clone()
