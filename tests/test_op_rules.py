@@ -224,6 +224,25 @@ def test_einsum_of_several_signals_is_the_product_rule(fn, written_out):
     torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
 
 
+def test_a_product_aggregation_gives_each_member_an_equal_share():
+    """``scatter_reduce(..., 'prod')`` (PyG's ``MulAggregation``): an output
+    that multiplies ``n`` members is homogeneous of degree ``n`` in them, so
+    each member gets ``1 / n`` of its relevance; an empty group's relevance
+    stays with the constant ``1``, booked as absorbed. Before, refused."""
+    src = X.abs() + 0.5
+    index = torch.tensor([0, 0, 1, 1, 1, 3, 3]).unsqueeze(-1).expand_as(src)  # group 2 is empty
+    seed = weights(4, F_IN, seed=12)
+    with relevance_pass(rules=Epsilon(0.0)) as mode:
+        watched = mode.watch(src)
+        out = torch.ones(4, F_IN, dtype=DTYPE).scatter_reduce(0, index, watched, "prod", include_self=True)
+        with lrp.RelevanceAudit() as audit:
+            (relevance,) = mode.backward(out, seed, [watched])
+    torch.testing.assert_close(out.detach(), torch.ones(4, F_IN, dtype=DTYPE).scatter_reduce(0, index, src, "prod"))
+    members = torch.tensor([2, 2, 3, 3, 3, 2, 2], dtype=DTYPE).unsqueeze(-1)
+    torch.testing.assert_close(relevance, seed.gather(0, index) / members)
+    assert audit.absorbed == pytest.approx(float(seed[2].sum()))
+
+
 def test_a_signal_divided_by_its_norm_gives_the_norm_nothing():
     """``h / h.norm(...)`` (and the standardised ``(h - mean) / std``): the
     norm is a denominator, held constant like every signal there."""

@@ -404,6 +404,8 @@ def _scatter_into(base: Tensor, dim: int, index: Tensor, src: Tensor, reduce: st
     """``base.scatter_reduce(dim, index, src, reduce, include_self)`` as a new
     tensor with relevance. ``base`` joins the reduction as one more member of
     each group when ``include_self`` (a constant base absorbs what it wins)."""
+    if reduce == "prod":
+        return _scatter_product(base, dim, index, src, include_self)
     if reduce not in _REDUCE or not (index.shape == src.shape or index.dim() == 1):
         return NotImplemented
     dim = dim % src.dim()
@@ -419,6 +421,21 @@ def _scatter_into(base: Tensor, dim: int, index: Tensor, src: Tensor, reduce: st
     elif not include_self and bool(base.any()):
         return NotImplemented  # empty groups would keep base's values
     return R.scatter(src, index, dim, size, _REDUCE[reduce])
+
+
+def _scatter_product(base: Tensor, dim: int, index: Tensor, src: Tensor, include_self: bool):
+    """``base.scatter_reduce(dim, index, src, 'prod')`` (PyG's ``'mul'``
+    aggregation): each output is a product of its ``n`` members, times a
+    constant ``base`` entry; homogeneous of degree ``n`` in them, so Euler's
+    split gives each member ``1 / n`` of the output's relevance (an empty
+    group's relevance stays with the constant, measured)."""
+    if _carries(base) or index.shape != src.shape:
+        return NotImplemented
+    constant = base.detach()
+    members = torch.zeros_like(constant).scatter_add(dim, index, torch.ones_like(src.detach()))
+    degree = members.gather(dim, index).clamp(min=1)
+    return R.homogeneous(src, lambda s: constant.scatter_reduce(dim, index, s, "prod", include_self=include_self),
+                         degree)
 
 
 def _scatter_add(mode, input, dim, index, src):
