@@ -590,6 +590,32 @@ def test_a_write_through_a_view_of_a_map_end_is_refused():
     assert any("in place into a view of a map end" in key for key in mode.unsupported)
 
 
+@pytest.mark.parametrize("rule", [Epsilon(0.0), Gamma(0.25), lrp.rules.Flat()], ids=["eps0", "gamma", "flat"])
+def test_a_tensor_written_in_place_several_times(rule):
+    """Three writes into the same map end, the last one's result used and the
+    tensor returned: the output values and the relevance equal those of the
+    writes out of place (each write continues from the newest end, and the
+    user's tensor holds every write)."""
+    def in_place(x):
+        h = x @ A
+        h[h.detach() > 0.3] = 0.0
+        h[:, 1] = 0.5
+        same = h.masked_fill_(h.detach() < -1.0, -1.0)
+        assert same is h
+        return h
+
+    def out_of_place(x):
+        h = x @ A
+        h = torch.where(h.detach() > 0.3, 0.0, h)
+        h = torch.cat([h[:, :1], torch.full_like(h[:, 1:2], 0.5), h[:, 2:]], 1)
+        return torch.where(h.detach() < -1.0, -1.0, h)
+    out, relevance, absorbed = lrp0_audited(in_place, rule)
+    want_out, want, want_absorbed = lrp0_audited(out_of_place, rule)
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(relevance, want)
+    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+
+
 def test_a_model_that_returns_a_tensor_written_in_place():
     """The written tensor itself as the model's output: the pass seeds the
     map's new end (``RelevanceMode.resolved``)."""

@@ -1030,6 +1030,7 @@ class RelevanceMode(TorchFunctionMode):
         self._maps = _ByIdentity()
         self._written = _ByIdentity()  # map end written in place -> the map's new end
         self._any_written = False
+        self._origins = _ByIdentity()  # a written map's new end -> the user's tensor it stands for
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
         self._nonzero: dict = {}  # (id(parameter), modifier) -> whether that has a non-zero entry
         # weights made of parameters in the forward (RGCNConv's weight[i], a basis
@@ -1677,11 +1678,16 @@ class RelevanceMode(TorchFunctionMode):
         value = h.detach().clone()
         a, kw = _filled(numbers, kwargs, [_value_of(t) for t, _ in operands])
         func(value, *a, **kw)
-        with torch.no_grad():  # the user's tensor holds the written value as well
-            func(h.detach(), *a, **kw)
-        self._written[h] = self._register(value, rule, streams)
+        # The user's tensor holds the written value as well (``h`` is a map end
+        # standing for it where it was written before).
+        origin = self._origins.get(h)
+        origin = h if origin is None else origin
+        with torch.no_grad():
+            func(origin.detach(), *a, **kw)
+        end = self._written[h] = self._register(value, rule, streams)
+        self._origins[end] = origin
         self._any_written = True
-        return None if _op_name(func) == "__setitem__" else h
+        return None if _op_name(func) == "__setitem__" else origin
 
     def _check_aliases(self, func, t: Tensor) -> None:
         """``t`` is written in place: another map end that shares its memory (a
@@ -1706,8 +1712,7 @@ class RelevanceMode(TorchFunctionMode):
         map end replaced by the map's new end (see :meth:`_written_map_end`)."""
         def sub(obj):
             if isinstance(obj, Tensor):
-                written = self._written.get(obj)
-                return obj if written is None else written
+                return self.resolved(obj)
             if isinstance(obj, (list, tuple)):
                 return type(obj)(sub(o) for o in obj)
             return obj
@@ -1716,8 +1721,12 @@ class RelevanceMode(TorchFunctionMode):
     def resolved(self, t):
         """``t``, or the tensor that stands for it in the pass where the forward
         wrote into it in place (a model that returns such a tensor)."""
-        written = self._written.get(t) if isinstance(t, Tensor) else None
-        return t if written is None else written
+        if not isinstance(t, Tensor):
+            return t
+        written = self._written.get(t)
+        while written is not None:  # written again: the newest end
+            t, written = written, self._written.get(written)
+        return t
 
     def _report(self, name: str, out=None) -> None:
         key = f"{name} in {self.where()}"
