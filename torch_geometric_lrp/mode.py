@@ -609,7 +609,7 @@ def _number_written(mode, name: str, args, kwargs):
 
 def _full(like: Tensor, value) -> Tensor:
     """A constant tensor of ``like``'s shape holding the number ``value``."""
-    return torch.as_tensor(value, dtype=like.dtype, device=like.device).detach().expand(like.shape).clone()
+    return torch.as_tensor(value, dtype=like.dtype, device=like.device).expand(like.shape).clone()
 
 
 def _addcmul(mode, input, tensor1, tensor2, *, value=1):
@@ -1642,11 +1642,11 @@ class RelevanceMode(TorchFunctionMode):
         ``h.unsqueeze_(0)``) into ``h = args[0]``, the end of a linear map.
         The write continues the map: it is replayed on a copy of each stream
         output (a number written in becomes a constant of the map, which
-        absorbs its share), and the written value closes the map anew. ``h``
-        gets the written value too, but for the pass it stands for the new
-        end from now on (:meth:`_substituted`): its own autograd history
-        still points at the old streams, whose memory (for a one-stream rule)
-        it shares, so it must not carry relevance itself."""
+        absorbs its share), and the written value closes the map anew. The
+        user's tensor gets the written value too, but for the pass the new
+        end stands for it from now on (:meth:`resolved`): its own autograd
+        history still points at the old streams, whose memory (for a
+        one-stream rule) it shares, so it must not carry relevance itself."""
         h, rest = args[0], list(args[1:])
         rule, outputs = self._maps.get(h)
         current = self.current_rule()
