@@ -982,6 +982,10 @@ class _ByIdentity:
                 del data[key]
         data[key] = (weakref.ref(t, drop), value)
 
+    def tensors(self) -> list:
+        """The tensors that have an entry and are alive."""
+        return [t for t in (ref() for ref, _ in list(self._data.values())) if t is not None]
+
     def __bool__(self) -> bool:
         return bool(self._data)
 
@@ -1694,9 +1698,8 @@ class RelevanceMode(TorchFunctionMode):
         view of it, or it a view of the other) would change without its
         streams seeing the change, which no replay on ``t``'s streams fixes."""
         storage = t.untyped_storage().data_ptr()
-        for ref, _ in list(self._maps._data.values()):
-            other = ref()
-            if other is not None and other is not t and other.untyped_storage().data_ptr() == storage:
+        for other in self._maps.tensors():
+            if other is not t and other.untyped_storage().data_ptr() == storage:
                 key = f"'{_op_name(func)}' in {self.where()}"
                 if self.strict:
                     raise UnsupportedOpError(

@@ -173,8 +173,9 @@ class GCN2Conv(pyg_nn.GCN2Conv):
 class SGFormerAttention(pyg_nn.SGFormerAttention):
     r""":class:`torch_geometric.nn.SGFormerAttention`; inside a relevance
     pass the queries and keys are computed from the detached input, so the
-    (linear, all-pairs) attention is a constant like GAT's, and its masked
-    fill of the values runs out of place (PyG's drops the in-place result).
+    (linear, all-pairs) attention is a constant like GAT's (explained as PyG
+    writes it, the einsum of keys and values would split relevance between
+    them as a product of two signals).
     Per head, with :math:`\hat q_n`, :math:`\hat k_l` the unit queries and
     keys, :math:`z_n = \sum_l P_{nl} v_l` where
     :math:`P_{nl} = (\hat q_n \cdot \hat k_l + N \delta_{nl}) /
