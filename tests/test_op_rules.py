@@ -488,8 +488,7 @@ def test_learned_edge_weights_with_added_self_loops_book_the_loop_constants():
 
 class ScalesInPlace(pyg_nn.GCNConv):
     """A GCN layer that scales its output in place and drops the result, as
-    PyG's ``GCN2Conv`` does (which ``torch_geometric_lrp.nn`` runs out of
-    place)."""
+    PyG's ``GCN2Conv`` does."""
 
     def forward(self, x, edge_index):
         out = super().forward(x, edge_index)
@@ -708,13 +707,104 @@ def test_an_infinite_mask_before_a_softmax_keeps_the_accounting_finite(rule):
     torch.testing.assert_close(relevance.sum() + audit.absorbed, out.detach().sum())
 
 
-def test_a_dropped_in_place_result_is_refused():
-    torch.manual_seed(0)
-    model = Head(ScalesInPlace(8, 8), 8, lambda conv, x, ei: conv(x, ei)).double()
-    x, edge_index, _ = graph()
-    with pytest.raises(UnsupportedOpError, match=r"in-place ops .*'mul_' in module 'conv' \(ScalesInPlace\).*out of "
-                                                 r"place"):
-        lrp.explain(model, x, edge_index, index=torch.arange(4))
+class ScalesOutOfPlace(pyg_nn.GCNConv):
+    def forward(self, x, edge_index):
+        return super().forward(x, edge_index).mul(0.5)
+
+
+@pytest.mark.parametrize("rule", [None, Epsilon(0.0), Gamma(0.25)], ids=["default", "eps0", "gamma"])
+def test_a_dropped_in_place_scaling_of_a_layer_output_is_explained(rule):
+    """A layer that scales its output in place and drops the result, as
+    PyG's ``GCN2Conv`` does: the scaling is replayed on the map, so the
+    explanation equals that of the layer written out of place. Before,
+    refused."""
+    def explain(cls):
+        torch.manual_seed(0)
+        model = Head(cls(8, 8), 8, lambda conv, x, ei: conv(x, ei)).double()
+        return lrp.explain(model, *graph()[:2], index=torch.arange(4), rules=rule)
+    got, want = explain(ScalesInPlace), explain(ScalesOutOfPlace)
+    torch.testing.assert_close(got.node_mask, want.node_mask)
+    torch.testing.assert_close(got.edge_mask, want.edge_mask)
+    assert abs(float(got.residual)) <= 1e-9 * abs(float(got.score))
+
+
+C = weights(N, HID, seed=5)  # a constant term
+ARITHMETIC = {  # name: (in place, result dropped; the same out of place), on h and another signal
+    "mul_": (lambda h, s: h.mul_(0.5), lambda h, s: h * 0.5),
+    "*= tensor": (lambda h, s: h.__imul__(C), lambda h, s: h * C),
+    "add_ constant": (lambda h, s: h.add_(C), lambda h, s: h + C),
+    "add_ signal, alpha": (lambda h, s: h.add_(s, alpha=2.0), lambda h, s: h + 2.0 * s),
+    "+= signal": (lambda h, s: h.__iadd__(s), lambda h, s: h + s),
+    "sub_": (lambda h, s: h.sub_(s), lambda h, s: h - s),
+    "div_": (lambda h, s: h.div_(4.0), lambda h, s: h / 4.0),
+    "index_add_": (lambda h, s: h.index_add_(0, torch.tensor([0, 0, 3]), s[1:4]),
+                   lambda h, s: h.index_add(0, torch.tensor([0, 0, 3]), s[1:4])),
+    "mul_ then add_": (lambda h, s: h.mul_(0.5).add_(s), lambda h, s: h * 0.5 + s),
+}
+
+
+@pytest.mark.parametrize("op", list(ARITHMETIC))
+@pytest.mark.parametrize("rule", [Epsilon(0.0), Gamma(0.25), lrp.rules.Flat()], ids=["eps0", "gamma", "flat"])
+def test_arithmetic_in_place_on_a_map_end_continues_the_map(op, rule):
+    """``h = x @ A`` ends a linear map; ``h.mul_(0.5)`` (result dropped),
+    ``h += s`` or ``h.index_add_(...)`` then changes ``h``. The op runs out
+    of place on the map and its result stands for ``h``: output, relevance
+    and absorbed relevance equal those of the op written out of place.
+    Before, refused (the pass ran it out of place and lost the write)."""
+    in_place, out_of_place = ARITHMETIC[op]
+
+    def fn(x, write):
+        h, other = x @ A, (x @ B).relu()
+        written = write(h, other)
+        if written is not h and not (in_place is write):
+            h = written
+        return h @ W
+
+    out, relevance, absorbed = lrp0_audited(lambda x: fn(x, in_place), rule)
+    want_out, want, want_absorbed = lrp0_audited(lambda x: fn(x, out_of_place), rule)
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(relevance, want)
+    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("write", ["masked_fill_", "mul_"])
+@pytest.mark.parametrize("rule", [Epsilon(0.0), Epsilon(1e-3), Gamma(0.25)], ids=["eps0", "eps", "gamma"])
+def test_a_map_end_read_before_it_is_written_in_place(write, rule):
+    """``early = h.relu()`` reads ``h`` before ``h`` is written in place, as
+    plain autograd allows. Before, under a rule with one unmodified stream
+    (``Epsilon``), whose map end shares memory with its stream, the backward
+    failed with autograd's in-place version error."""
+    def fn(x, in_place):
+        h = x @ A
+        early = h.relu()
+        mask = h.detach() > 0.3
+        if in_place:
+            h.masked_fill_(mask, 0.0) if write == "masked_fill_" else h.mul_(0.5)
+        else:
+            h = h.masked_fill(mask, 0.0) if write == "masked_fill_" else h * 0.5
+        return (h.relu() + early) @ W
+
+    out, relevance, absorbed = lrp0_audited(lambda x: fn(x, True), rule)
+    want_out, want, want_absorbed = lrp0_audited(lambda x: fn(x, False), rule)
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(relevance, want)
+    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+
+
+def test_a_write_the_pass_does_not_see_is_refused_at_the_backward():
+    """A write under ``torch.no_grad()`` into a map end (which the pass does
+    not replay) after a read of it: the map's rule, which keeps the values
+    of its one stream for the backward, would see the written values. The
+    backward raises autograd's version error (the replayed writes copy
+    those values first; this one must not go unseen)."""
+    def fn(x):
+        h = x @ A
+        early = h.relu()
+        with torch.no_grad():
+            h.mul_(0.5)
+        return early @ W
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        lrp0(fn, rule=Epsilon(0.0))
 
 
 class ScalesItsInput(torch.nn.Module):

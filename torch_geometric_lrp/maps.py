@@ -32,7 +32,7 @@ from torch.autograd import Function
 from . import audit
 from .rules import Rule, times
 
-__all__ = ["open_stream", "constant", "close", "anchor"]
+__all__ = ["open_stream", "constant", "close", "unshare", "anchor"]
 
 
 class _Open(Function):
@@ -122,17 +122,34 @@ class _Close(Function):
     def forward(ctx, value, rule, *outputs):
         ctx.rule = rule
         ctx.save_for_backward(*outputs)
+        ctx.copies = None  # set by unshare
         return value.detach()
 
     @staticmethod
     def backward(ctx, relevance):
-        outputs = ctx.saved_tensors
+        outputs = ctx.saved_tensors if ctx.copies is None else ctx.copies
         grads, dropped = ctx.rule.gradients(relevance, outputs)
         if audit.is_active():
             lost = audit.lost_of(relevance, dropped)
             passed = sum(_booked(z, g) for z, g in zip(outputs, grads))
             audit.record("stabilizer", relevance, dropped, [passed], lost=lost)
         return (None, None, *grads)
+
+
+def unshare(end: Tensor) -> None:
+    """Before the forward writes into ``end``, a map's end, in place: the
+    stream outputs that its map keeps for the backward and that share
+    ``end``'s memory (the one stream of a rule that does not modify it) are
+    copied, so the rule still sees the values of the map. (Autograd's
+    version check of the saved outputs guards every other write.)"""
+    node = end.grad_fn
+    if type(node) is not _Close._backward_cls or node.copies is not None:
+        return
+    storage = end.untyped_storage().data_ptr()
+    outputs = node.saved_tensors
+    if any(o.untyped_storage().data_ptr() == storage for o in outputs):
+        node.copies = tuple(o.detach().clone() if o.untyped_storage().data_ptr() == storage else o.detach()
+                            for o in outputs)
 
 
 def close(value: Tensor, rule: Rule, outputs: Sequence[Tensor]) -> Tensor:

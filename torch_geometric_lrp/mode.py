@@ -1542,7 +1542,7 @@ class RelevanceMode(TorchFunctionMode):
             args, kwargs = self._substituted(args, kwargs or {})
         out = self._route(func, args, kwargs or {})
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
-                _op_name(func) in _IN_PLACE and _carries(args[0]):
+                _op_name(func) in _IN_PLACE and _carries(args[0]) and out is not self._origins.get(args[0]):
             # The op ran out of place (a relevance Function owns its output): a
             # caller that drops the returned tensor computes something else than
             # the model does. Recorded, so the explainer can check the output.
@@ -1598,6 +1598,8 @@ class RelevanceMode(TorchFunctionMode):
             out = _number_written(self, name, args, kwargs)
             if out is not NotImplemented:
                 return out
+        if name in _OUT_OF_PLACE and args and isinstance(args[0], Tensor) and self._maps and args[0] in self._maps:
+            return self._arithmetic_in_place(func, name, args, kwargs)
         kind = LINEAR_OPS.get(name)
         if kind is not None:
             rule = self.current_rule()
@@ -1682,16 +1684,43 @@ class RelevanceMode(TorchFunctionMode):
         value = h.detach().clone()
         a, kw = _filled(numbers, kwargs, [_value_of(t) for t, _ in operands])
         func(value, *a, **kw)
-        # The user's tensor holds the written value as well (``h`` is a map end
-        # standing for it where it was written before).
+        end = self._register(value, rule, streams)
+        origin = self._stands_for(h, end, lambda t: func(t, *a, **kw))
+        return None if _op_name(func) == "__setitem__" else origin
+
+    def _arithmetic_in_place(self, func, name: str, args, kwargs):
+        """``h.mul_(a)``, ``h += b``, ``h.index_add_(...)`` into ``h =
+        args[0]``, the end of a linear map: the op runs out of place on a copy
+        of ``h`` (which continues the map, as ``h = h.mul(a)`` does), and its
+        result stands for ``h`` from now on (:meth:`_stands_for`). Running it
+        in place would overwrite values that the streams of the map share."""
+        h = args[0]
+        self._check_aliases(func, h)
+        copy = self._route(torch.clone, (h,), {})
+        out = self._route(_OUT_OF_PLACE[name], (copy, *args[1:]), kwargs)
+        if not isinstance(out, Tensor) or out.shape != h.shape:
+            raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
+                               f"{tuple(getattr(out, 'shape', ()))}, which cannot be written into the tensor of shape "
+                               f"{tuple(h.shape)} it runs on.")
+        value = out.detach()
+        return self._stands_for(h, out, lambda t: t.copy_(value))
+
+    def _stands_for(self, h: Tensor, end: Tensor, write: Callable[[Tensor], Any]) -> Tensor:
+        """``end`` (the result of an in-place write into ``h``, replayed)
+        stands for ``h`` in the pass from now on (:meth:`resolved`), and the
+        user's tensor (``h``, or the one ``h`` stands for where it was
+        written before) gets the write, ``write(tensor)``, as well. The
+        returned user's tensor must not carry relevance itself: its autograd
+        history still points at the map before the write."""
         origin = self._origins.get(h)
         origin = h if origin is None else origin
+        maps.unshare(origin)  # the map's backward keeps its values, not the written ones
         with torch.no_grad():
-            func(origin.detach(), *a, **kw)
-        end = self._written[h] = self._register(value, rule, streams)
+            write(origin.detach())
+        self._written[h] = end
         self._origins[end] = origin
         self._any_written = True
-        return None if _op_name(func) == "__setitem__" else origin
+        return origin
 
     def _check_aliases(self, func, t: Tensor) -> None:
         """``t`` is written in place: another map end that shares its memory (a

@@ -6,8 +6,7 @@ relevance pass they *are* the PyG layer (trainable as usual). Inside one
 (:func:`torch_geometric_lrp.relevance_pass`), the relevance mode gives their
 ``message`` / ``aggregate`` / ``update`` ops relevance rules, the
 attention layers (and ``SGFormerAttention``) treat their attention
-coefficients as constants, and ``GCN2Conv`` runs its in-place scaling out
-of place.
+coefficients as constants.
 """
 from .conv import (
     APPNP,

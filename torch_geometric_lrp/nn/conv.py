@@ -16,7 +16,6 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.inspector import Inspector
-from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import OptTensor
 from torch_geometric.utils import softmax
 
@@ -144,30 +143,13 @@ class GeneralConv(pyg_nn.GeneralConv):
 
 
 class GCN2Conv(pyg_nn.GCN2Conv):
-    r""":class:`torch_geometric.nn.GCN2Conv`; inside a relevance pass its
-    forward runs out of place. PyG's scales the propagated features in place
-    and drops the result (``x.mul_(1 - alpha)``); the pass runs in-place ops
-    out of place, because a rule needs the value that the write would
-    overwrite, so PyG's forward would compute something else there. The
-    same values, written out: :math:`s = (1 - \alpha) \hat A x + \alpha x_0`,
-    :math:`z = (1 - \beta) s + \beta s W_1` (with a second weight for
+    r""":class:`torch_geometric.nn.GCN2Conv`:
+    :math:`z = (1 - \beta) s + \beta s W_1` with
+    :math:`s = (1 - \alpha) \hat A x + \alpha x_0` (with a second weight for
     ``x_0`` where ``shared_weights=False``); :math:`\hat A`, :math:`\alpha`
-    and :math:`\beta` are gates."""
-
-    def forward(self, x: Tensor, x_0: Tensor, edge_index, edge_weight: OptTensor = None) -> Tensor:
-        if not is_active():
-            return super().forward(x, x_0, edge_index, edge_weight)
-        if self.normalize:  # caches are off inside a pass (see relevance_pass)
-            normalized = gcn_norm(edge_index, edge_weight, x.size(self.node_dim), False, self.add_self_loops,
-                                  self.flow, dtype=x.dtype)
-            edge_index, edge_weight = normalized if isinstance(normalized, tuple) else (normalized, None)
-        x = self.propagate(edge_index, x=x, edge_weight=edge_weight) * (1 - self.alpha)
-        x_0 = self.alpha * x_0[:x.size(0)]
-        if self.weight2 is None:
-            out = x + x_0
-            return torch.addmm(out, out, self.weight1, beta=1. - self.beta, alpha=self.beta)
-        return torch.addmm(x, x, self.weight1, beta=1. - self.beta, alpha=self.beta) + \
-            torch.addmm(x_0, x_0, self.weight2, beta=1. - self.beta, alpha=self.beta)
+    and :math:`\beta` are gates. Its in-place scaling (``x.mul_(1 -
+    alpha)``, result dropped) is replayed by the relevance mode like any
+    in-place arithmetic on the end of a linear map."""
 
 
 class SGFormerAttention(pyg_nn.SGFormerAttention):
@@ -221,13 +203,12 @@ for _cls in (GCNConv, GraphConv, SAGEConv, GINConv, GINEConv, ChebConv, SGConv, 
              GATConv, GATv2Conv, TransformerConv, GeneralConv, GCN2Conv):
     _inherit_call_types(_cls)
 
-#: PyG layers whose attention must be a constant inside a relevance pass, or
-#: whose forward drops an in-place result (GCN2Conv) -> their relevance
-#: version. ``relevance_pass`` gives a layer of these types this class for
+#: PyG layers whose attention must be a constant inside a relevance pass ->
+#: their relevance version. ``relevance_pass`` gives a layer of these types this class for
 #: the duration of the pass (and back on exit); outside a pass it computes
 #: exactly what the PyG layer computes. PyG has no public hook at the one
 #: step where these layers turn inputs into attention (inside
-#: ``edge_update`` or ``message``) or scale in place, hence the subclass.
+#: ``edge_update`` or ``message``), hence the subclass.
 SWAPPABLE: dict[type, type] = {pyg_nn.GATConv: GATConv, pyg_nn.GATv2Conv: GATv2Conv,
                                pyg_nn.TransformerConv: TransformerConv, pyg_nn.GeneralConv: GeneralConv,
-                               pyg_nn.GCN2Conv: GCN2Conv, pyg_nn.SGFormerAttention: SGFormerAttention}
+                               pyg_nn.SGFormerAttention: SGFormerAttention}
