@@ -1586,6 +1586,13 @@ class RelevanceMode(TorchFunctionMode):
                           RuntimeWarning, stacklevel=2)
             return RemovableHandle(_NO_HOOKS)
         if not torch.is_grad_enabled() and not _in_function_forward():
+            if args and isinstance(args[0], Tensor) and self._maps and args[0] in self._maps and \
+                    (name in _OUT_OF_PLACE or _writes_in_place(func)):
+                # A write under no_grad into a map end changes what the model
+                # computes as much as one with grad: replayed the same way (unseen,
+                # it would leave the map's streams, which the rule reads, behind).
+                with torch.enable_grad():
+                    return self._route(func, args, kwargs)
             # The forward runs this op under torch.no_grad(): its result is a
             # constant of the pass, as autograd sees it (and as a bias, a gate
             # or a constant operand later, what it takes is measured). A view
