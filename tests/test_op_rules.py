@@ -333,12 +333,17 @@ def test_piecewise_constant_ops_are_constants():
     torch.testing.assert_close(relevance.sum() + audit.absorbed, out.detach().sum())
 
 
-@pytest.mark.parametrize("op", [F.logsigmoid, torch.nan_to_num, lambda h: h.clamp_max(0.2)],
-                         ids=["logsigmoid", "nan_to_num", "clamp_max"])
+@pytest.mark.parametrize("op", [F.logsigmoid, torch.nan_to_num, lambda h: h.clamp_max(0.2),
+                                lambda h: h.clamp(min=-0.9).log1p(), torch.expm1, lambda h: h.clone().expm1_()],
+                         ids=["logsigmoid", "nan_to_num", "clamp_max", "log1p", "expm1", "expm1_"])
 def test_more_element_wise_ops_pass_relevance(op):
-    out = op(X @ A)
-    relevance = lrp0(lambda x: op(x @ A))
-    torch.testing.assert_close(relevance.sum(), out.sum())
+    r"""Each output element's relevance goes, unchanged, to its input element:
+    the input relevance is LRP-0 of ``x @ A`` seeded with the op's output
+    (written out: :math:`R_{if} = x_{if} \sum_j A_{fj} s_{ij} / z_{ij}`)."""
+    z = X @ A
+    seed = op(z)
+    want = X * ((seed / z) @ A.T)
+    torch.testing.assert_close(lrp0(lambda x: op(x @ A)), want)
 
 
 def test_rms_norm_scales_by_a_constant():

@@ -231,6 +231,7 @@ _PASS = {
     "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "softsign": F.softsign,
     "prelu": F.prelu, "clamp": torch.clamp, "clamp_": torch.clamp, "clamp_min": torch.clamp_min,
     "clamp_max": torch.clamp_max, "clip": torch.clip, "logsigmoid": F.logsigmoid,
+    "log1p": torch.log1p, "log1p_": torch.log1p, "expm1": torch.expm1, "expm1_": torch.expm1,
     # identity on finite values
     "nan_to_num": torch.nan_to_num,
     # dropout: identity in eval mode, a gate in training mode
