@@ -273,6 +273,46 @@ def test_default_composite_and_overrides():
     assert custom["conv3.lin"] == R.Epsilon(0.5)
 
 
+@pytest.mark.parametrize("order", ["layer first", "catch-all first"])
+def test_a_catch_all_key_does_not_override_a_more_specific_one(order):
+    """``{GCNConv: Gamma(5), torch.nn.Module: Epsilon(0)}``: Gamma on the GCN
+    layers, all of each (its own ``lin`` included), Epsilon elsewhere, in
+    either order. Before, the layer's ``lin`` matched the catch-all and got
+    Epsilon, so Gamma (which modifies the weights, all in ``lin``) changed
+    nothing, without a word."""
+    model, (x, edge_index) = node_model(GCN3, True)
+    keys = [(GCNConv, R.Gamma(5.0)), (torch.nn.Module, R.Epsilon(0.0))]
+    rules = dict(keys if order == "layer first" else keys[::-1])
+    resolved = resolve_rules(model, rules)
+    for layer in ("conv1", "conv2", "conv3"):
+        assert resolved[layer] == resolved[f"{layer}.lin"] == R.Gamma(5.0)
+    assert resolved[""] == R.Epsilon(0.0)
+    by_name = {f"conv{i}": R.Gamma(5.0) for i in (1, 2, 3)} | {"": R.Epsilon(0.0)}
+    got = lrp.explain(model, x, edge_index, index=3, rules=rules)
+    want = lrp.explain(model, x, edge_index, index=3, rules=by_name)
+    torch.testing.assert_close(got.node_mask, want.node_mask)
+    torch.testing.assert_close(got.edge_mask, want.edge_mask)
+    everywhere = lrp.explain(model, x, edge_index, index=3, rules=R.Epsilon(0.0))
+    assert (got.node_mask - everywhere.node_mask).abs().max() > 1e-3  # Gamma is applied
+
+
+def test_the_most_specific_type_and_glob_win_whatever_their_order():
+    """A subclass's key beats its base's (``GCNConv`` before
+    ``MessagePassing``), the glob with more literal characters beats a
+    shorter one; before, the first key in the dict won."""
+    from torch_geometric.nn import MessagePassing
+    model, _ = node_model(GCN3, True)
+    resolved = resolve_rules(model, {MessagePassing: R.Epsilon(0.5), GCNConv: R.Gamma(2.0)})
+    assert resolved["conv2"] == resolved["conv2.lin"] == R.Gamma(2.0)
+    resolved = resolve_rules(model, {"conv*": R.Epsilon(0.5), "conv2*": R.Gamma(2.0)})
+    assert resolved["conv2"] == resolved["conv2.lin"] == R.Gamma(2.0)
+    assert resolved["conv1"] == R.Epsilon(0.5)
+    # a type key that the parent is not an instance of still applies inside it
+    from torch_geometric.nn.dense.linear import Linear
+    resolved = resolve_rules(model, {GCNConv: R.Gamma(2.0), Linear: R.Epsilon(0.5)})
+    assert resolved["conv2"] == R.Gamma(2.0) and resolved["conv2.lin"] == R.Epsilon(0.5)
+
+
 def test_the_last_layer_is_hidden_where_a_head_follows_it():
     """The last message-passing layer gets Gamma(1) where a module with
     weights is registered after it (it is then a hidden layer) and Epsilon

@@ -329,21 +329,70 @@ class OwnsTheEncoder(torch.nn.Module):
         return self.head(F.relu(self.encoder(x, edge_index)))
 
 
-def test_modules_outside_the_model_are_explained():
+class Encoder(torch.nn.Module):
+    """Linear, BatchNorm, ReLU, Dropout, then ``conv``."""
+
+    def __init__(self, conv):
+        super().__init__()
+        self.lin, self.norm, self.drop, self.conv = torch.nn.Linear(F_IN, F_IN), torch.nn.BatchNorm1d(F_IN), \
+            torch.nn.Dropout(0.5), conv
+
+    def forward(self, x, edge_index):
+        return self.conv(self.drop(self.norm(self.lin(x)).relu()), edge_index)
+
+
+@pytest.mark.parametrize("rules", ["type", "one rule", "type and catch-all"])
+@pytest.mark.parametrize("conv", ["GCNConv", "GATConv", "TransformerConv"])
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_modules_outside_the_model_are_explained(rules, conv, training):
     """Item 13: the encoder the forward reaches outside ``self`` gets edge
-    relevance and the rules, as if the model owned it."""
+    relevance and the rules, as if the model owned it: in eval mode (its
+    training flag and batch-norm statistics left as they were), with the
+    attention layers' constant coefficients. Before, an encoder in training
+    mode was explained with its dropout on and moved its running statistics
+    (two calls, two explanations), and its own ``lin`` took a catch-all key's
+    rule over its layer's."""
     global ENCODER
+    from torch_geometric.nn import GATConv, TransformerConv
     torch.manual_seed(0)
-    ENCODER = GCNConv(F_IN, HID).eval()
-    model = ReadsAGlobalEncoder().eval()
-    owner = OwnsTheEncoder(ENCODER, model.head).eval()
+    make = {"GCNConv": lambda: GCNConv(F_IN, HID), "GATConv": lambda: GATConv(F_IN, HID, heads=2, concat=False),
+            "TransformerConv": lambda: TransformerConv(F_IN, HID)}[conv]
+    ENCODER = Encoder(make())
+    gamma = lrp.rules.Gamma(0.5)
+    rules = {"type": {type(ENCODER.conv): gamma}, "one rule": gamma,
+             "type and catch-all": {type(ENCODER.conv): gamma, torch.nn.Module: lrp.rules.Epsilon(0.0)}}[rules]
     x, edge_index, _ = inputs("node")
-    rules = {GCNConv: lrp.rules.Gamma(0.5)}
+    ENCODER.train()(x, edge_index)  # running statistics that are not the initial ones
+    ENCODER.train(training)
+    model = ReadsAGlobalEncoder().eval()
+    owner = OwnsTheEncoder(ENCODER, model.head)
+    state = copy.deepcopy(ENCODER.state_dict())
     outside = lrp.explain(model, x, edge_index, index=3, rules=rules)
+    again = lrp.explain(model, x, edge_index, index=3, rules=rules)
+    assert ENCODER.training == training and type(ENCODER.conv).__module__.startswith("torch_geometric.")
+    for key, value in ENCODER.state_dict().items():
+        torch.testing.assert_close(value, state[key], rtol=0, atol=0)
+    owner.eval()
     inside = lrp.explain(owner, x, edge_index, index=3, rules=rules)
     assert outside.edge_mask.abs().sum() > 0
-    torch.testing.assert_close(outside.edge_mask, inside.edge_mask)
-    torch.testing.assert_close(outside.node_mask, inside.node_mask)
+    for got in (outside, again):
+        torch.testing.assert_close(got.edge_mask, inside.edge_mask)
+        torch.testing.assert_close(got.node_mask, inside.node_mask)
+
+
+def test_a_module_outside_the_model_that_needs_its_own_forward_is_refused():
+    """``TransformerConv(beta=True)`` keeps its skip gate constant in the
+    forward of ``torch_geometric_lrp.nn.TransformerConv``, which the pass
+    can give only to the model's own modules: outside the model it is
+    refused, naming what to do. Before, explained with the gate carrying
+    relevance (another explanation than the same encoder owned)."""
+    global ENCODER
+    from torch_geometric.nn import TransformerConv
+    torch.manual_seed(0)
+    ENCODER = Encoder(TransformerConv(F_IN, HID, beta=True)).eval()
+    x, edge_index, _ = inputs("node")
+    with pytest.raises(lrp.UnsupportedOpError, match="not a submodule of the model.*Register it in the model"):
+        lrp.explain(ReadsAGlobalEncoder().eval(), x, edge_index, index=3)
 
 
 # ===========================================================================

@@ -86,6 +86,21 @@ def test_explain_nodes_with_target_and_view():
         torch.testing.assert_close(ab.edge_mask, ex.edge_mask.abs())
 
 
+def test_a_target_per_node_is_read_per_node_when_index_lists_every_node():
+    """``target=data.y`` (one class per node) with ``index`` = every node in
+    another order: each node is explained for its own class, as
+    ``lrp.explain`` reads the same arguments. Before, read as one class per
+    target: most nodes explained for another node's class, without a word."""
+    model = build("gcn")
+    logits = logits_of(model, "node")
+    per_node = other_target(logits, "multiclass_classification")
+    order = torch.randperm(N, generator=torch.Generator().manual_seed(3))
+    found = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], order, target=per_node, batch_size=7)
+    assert [int(e.target) for e in found] == per_node[order].tolist()
+    joint = lrp.explain(model, DATA["x"], DATA["edge_index"], index=order, target=per_node)
+    torch.testing.assert_close(joint.target, per_node[order])
+
+
 @pytest.mark.parametrize("warm", [False, True])
 def test_explain_nodes_with_cached_gcn(warm):
     """Each batch is a new graph: neither the full graph's cached

@@ -175,6 +175,37 @@ def unused_types_error(model: torch.nn.Module, types: tuple) -> ValueError:
         f"; key a rule by one of these types or by a qualified name, or give a single rule for every module).")
 
 
+def type_rule(module: torch.nn.Module, by_type, parent: Optional[torch.nn.Module] = None) -> Optional[Rule]:
+    """The rule of the most specific type key that ``module`` is an instance
+    of, among the ``(type, rule)`` pairs ``by_type``: the one nearest to its
+    class in its method resolution order (``GCNConv`` before
+    ``MessagePassing`` before ``torch.nn.Module``; a virtual subclass's key
+    counts least, ties go by order). ``None`` where none matches, or where
+    ``parent`` (the module it runs inside) is an instance of that type too:
+    the parent's rule, which no less specific key beat, stays on what runs
+    inside it (``{GCNConv: Gamma(), torch.nn.Module: Epsilon()}`` keeps
+    ``Gamma`` on the GCN layer's own ``lin``)."""
+    mro = type(module).__mro__
+    best = None
+    for t, rule in by_type:
+        if isinstance(module, t):
+            rank = mro.index(t) if t in mro else len(mro)
+            if best is None or rank < best[0]:
+                best = (rank, t, rule)
+    if best is None or (parent is not None and isinstance(parent, best[1])):
+        return None
+    return best[2]
+
+
+def _glob_rule(name: str, by_name: dict) -> Optional[Rule]:
+    """The rule of the most specific glob key matching ``name``: the one with
+    the most literal characters (``"convs.1*"`` before ``"convs*"``; ties go
+    by order)."""
+    found = [(len(pattern) - sum(pattern.count(c) for c in "*?["), -i, rule)
+             for i, (pattern, rule) in enumerate(by_name.items()) if fnmatch.fnmatchcase(name, pattern)]
+    return max(found, key=lambda f: f[:2])[2] if found else None
+
+
 def type_rules(rules) -> tuple:
     """The ``(type, rule)`` entries of ``rules`` (a single rule: every module),
     for modules that are not part of the model (a forward may call them)."""
@@ -242,9 +273,12 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     """The rule of every module of ``model``, by qualified name.
 
     ``rules`` is a single :class:`~torch_geometric_lrp.rules.Rule` (every
-    module) or a composite dict. For each module, in this order: an entry of ``rules`` whose key is its
-    qualified name (or a glob pattern of it, e.g. ``"convs.0*"``); an entry
-    whose key is a type it is an instance of; the rule of its parent; the
+    module) or a composite dict. For each module, in this order: an entry of
+    ``rules`` whose key is its qualified name, or else a glob pattern of it
+    (e.g. ``"convs.0*"``; the one with the most literal characters); an
+    entry whose key is a type it is an instance of (the most specific one,
+    :func:`type_rule`), unless its parent is an instance of that type too;
+    the rule of its parent; the
     default composite, by graph layer (a message-passing module, or a PyG
     conv layer that runs them inside, :data:`CONV_WRAPPERS`; all of a layer
     gets its rule): :data:`DEFAULT_INPUT` for the first graph layer (in a
@@ -276,9 +310,9 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
         parent = name.rpartition(".")[0] if name else None
         rule = by_name.get(name)
         if rule is None:
-            rule = next((v for pattern, v in by_name.items() if fnmatch.fnmatchcase(name, pattern)), None)
+            rule = _glob_rule(name, by_name)
         if rule is None:
-            rule = next((v for t, v in by_type if isinstance(module, t)), None)
+            rule = type_rule(module, by_type, modules[parent] if parent in inherited else None)
         if rule is None and parent in inherited:
             rule = resolved[parent]
         if rule is None and name in graph_layers:

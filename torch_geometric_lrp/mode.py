@@ -1019,6 +1019,8 @@ class RelevanceMode(TorchFunctionMode):
         self.strict = strict
         self.rules = {id(m): r for m, r in (rules or {}).items()}
         self._keep_alive = list((rules or {}).keys())  # ids stay valid while the mode lives
+        self._outside: set = set()  # ids of modules outside the model that the forward ran
+        self.outside_undo: list = []  # how to undo their preparation (relevance_pass, at exit)
         self.type_rules = tuple(type_rules)
         self.unused_types: tuple = ()  # type keys of the rules that no module has had (relevance_pass)
         self._own_hooks = False  # relevance_hook is registering (Tensor.register_hook is let through)
@@ -1057,11 +1059,39 @@ class RelevanceMode(TorchFunctionMode):
         if current_mode() is not self:
             return
         rule = self.rules.get(id(module))
+        if rule is None and self._model is not None and id(module) not in self._outside:
+            # A module the forward reaches outside the model (a global encoder):
+            # prepared as the model's own modules are (eval mode first of all),
+            # until the pass ends.
+            self._outside.add(id(module))
+            self._keep_alive.append(module)
+            self._forward_bound(module)
+            _prepare(module, self.outside_undo)
         if rule is None and self.type_rules:
-            rule = next((r for t, r in self.type_rules if isinstance(module, t)), None)
+            from .convert import type_rule  # late: convert imports this module
+            rule = type_rule(module, self.type_rules, self._stack[-1][0] if self._stack else None)
             if rule is not None:
                 self.unused_types = ()
         self._stack.append((module, rule if rule is not None else self.current_rule()))
+
+    def _forward_bound(self, module: torch.nn.Module) -> None:
+        """A module outside the model gets its relevance class only now, in
+        its forward pre-hook, when torch has bound its ``forward`` already:
+        where that class has a ``forward`` of its own (``TransformerConv``'s
+        constant skip gate, ``SGFormerAttention``), this call would run the
+        stock one. Refused."""
+        from .nn.conv import SWAPPABLE  # late: nn imports this module
+        swap = SWAPPABLE.get(type(module))
+        if swap is None or not swap.needs_own_forward(module):
+            return
+        key = f"{type(module).__name__} outside the model, in {self.where()}"
+        if self.strict:
+            raise UnsupportedOpError(
+                f"The forward runs a {type(module).__name__} that is not a submodule of the model ({key}). Inside "
+                f"a pass it needs the forward of torch_geometric_lrp.nn.{swap.__name__}, which the pass gives only "
+                f"to the model's own modules. Register it in the model (self.encoder = encoder), or build it as "
+                f"torch_geometric_lrp.nn.{swap.__name__}; strict=False only reports it.")
+        self.unsupported[key] += 1
 
     def leave(self, module: torch.nn.Module, *args) -> None:
         """It is done (a forward hook that is always called)."""
@@ -1851,6 +1881,37 @@ def _attribute(module: torch.nn.Module, name: str):
     return getattr(module, name, None) if isinstance(value, property) else value
 
 
+def _prepare(module: torch.nn.Module, undo: list) -> None:
+    """What the pass needs of one module (see :func:`_prepared`), with how
+    to undo it appended to ``undo``."""
+    from .nn.conv import SWAPPABLE  # late: nn imports this module
+    if module.training:
+        module.training = False
+        undo.append((module, "training", True))
+    for attr, off in (("fuse", False), ("cached", False), ("_explain", False)):
+        if _attribute(module, attr) is True:
+            object.__setattr__(module, attr, off)
+            undo.append((module, attr, True))
+    if _attribute(module, "cached") is not None:
+        # GCNConv reads _cached_* whenever it is set, whatever `cached` says
+        for key in [k for k, v in vars(module).items() if k.startswith("_cached_") and v is not None]:
+            undo.append((module, key, getattr(module, key)))
+            object.__setattr__(module, key, None)
+    swap = SWAPPABLE.get(type(module))
+    if swap is not None:
+        undo.append((module, "__class__", type(module)))
+        module.__class__ = swap
+
+
+def _undo(undo: list) -> None:
+    for module, attr, value in reversed(undo):
+        if attr == "__class__":
+            module.__class__ = value
+        else:
+            object.__setattr__(module, attr, value)
+    undo.clear()
+
+
 @contextmanager
 def _prepared(model: torch.nn.Module, modules: Optional[list] = None) -> Iterator[None]:
     """What the pass needs of the model, undone on exit whatever happens:
@@ -1860,33 +1921,13 @@ def _prepared(model: torch.nn.Module, modules: Optional[list] = None) -> Iterato
     relevance versions (:mod:`torch_geometric_lrp.nn`, whose attention is a
     constant inside a pass and which behave exactly like the PyG layer
     elsewhere, in every thread)."""
-    from .nn.conv import SWAPPABLE  # late: nn imports this module
     undo: list = []
     try:
         for module in (model.modules() if modules is None else modules):
-            if module.training:
-                module.training = False
-                undo.append((module, "training", True))
-            for attr, off in (("fuse", False), ("cached", False), ("_explain", False)):
-                if _attribute(module, attr) is True:
-                    object.__setattr__(module, attr, off)
-                    undo.append((module, attr, True))
-            if _attribute(module, "cached") is not None:
-                # GCNConv reads _cached_* whenever it is set, whatever `cached` says
-                for key in [k for k, v in vars(module).items() if k.startswith("_cached_") and v is not None]:
-                    undo.append((module, key, getattr(module, key)))
-                    object.__setattr__(module, key, None)
-            swap = SWAPPABLE.get(type(module))
-            if swap is not None:
-                undo.append((module, "__class__", type(module)))
-                module.__class__ = swap
+            _prepare(module, undo)
         yield
     finally:
-        for module, attr, value in reversed(undo):
-            if attr == "__class__":
-                module.__class__ = value
-            else:
-                object.__setattr__(module, attr, value)
+        _undo(undo)
 
 
 @contextmanager
@@ -1949,6 +1990,7 @@ def relevance_pass(
         if model is not None:
             stack.enter_context(_lock(model))
             stack.enter_context(_prepared(model, [m for _, m in named]))
+        stack.callback(_undo, mode.outside_undo)
         stack.enter_context(torch.inference_mode(False))
         stack.enter_context(torch.enable_grad())
         if hooked or by_type:

@@ -274,7 +274,9 @@ def explain_nodes(
         The target nodes (positions, or a mask over the nodes); every node
         by default.
     target : Tensor, optional
-        Class (or 0/1 labels) per target, or per node; default: the prediction.
+        Class (or 0/1 labels) per node, or per target; default: the
+        prediction. One entry per node is read per node (as
+        :func:`lrp.explain` reads it), also where ``index`` lists every node.
     mode : str, optional
         ``'multiclass_classification'``, ``'binary_classification'`` or
         ``'regression'``; read off the output where it tells.
@@ -358,7 +360,10 @@ def explain_nodes(
     settings = Settings(task_level=ModelTaskLevel.node, mode=_enum(ModelMode, mode, "mode"), rules=rules,
                         strict=strict)
     target = check_target(target, settings.mode)
-    per_target = target is not None and target.dim() > 0 and target.shape[0] == index.numel()
+    # one entry per node is read per node first, as lrp.explain reads it (also
+    # where index lists every node, in another order, so that both sizes fit)
+    per_target = target is not None and target.dim() > 0 and target.shape[0] == index.numel() and \
+        target.shape[0] != n
     _materialize(model, x, edge_index, kwargs)
     rank, world_size = shard.world(distributed)
     if world_size > 1:

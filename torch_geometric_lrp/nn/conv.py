@@ -66,6 +66,11 @@ class EdgeConv(pyg_nn.EdgeConv):
 class GATConv(pyg_nn.GATConv):
     """:class:`torch_geometric.nn.GATConv`; attention coefficients are constants."""
 
+    @staticmethod
+    def needs_own_forward(module) -> bool:
+        """A pass needs only this class's attention step, not its ``forward``."""
+        return False
+
     def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, index: Tensor,
                     ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
         return super().edge_update(_constant(alpha_j), _constant(alpha_i), _constant(edge_attr),
@@ -74,6 +79,11 @@ class GATConv(pyg_nn.GATConv):
 
 class GATv2Conv(pyg_nn.GATv2Conv):
     """:class:`torch_geometric.nn.GATv2Conv`; attention coefficients are constants."""
+
+    @staticmethod
+    def needs_own_forward(module) -> bool:
+        """A pass needs only this class's attention step, not its ``forward``."""
+        return False
 
     def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: OptTensor, index: Tensor,
                     ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
@@ -92,6 +102,12 @@ class TransformerConv(pyg_nn.TransformerConv):
     ``beta = sigmoid(lin_beta([out, x_r, out - x_r]))`` is a constant too, so
     ``beta * x_r + (1 - beta) * out`` splits relevance between the skip and
     the aggregated messages in proportion to their contributions."""
+
+    @staticmethod
+    def needs_own_forward(module: pyg_nn.TransformerConv) -> bool:
+        """Whether a pass needs this class's ``forward`` on ``module`` (with
+        ``beta=True``), not only its ``message``."""
+        return module.lin_beta is not None
 
     def forward(self, x, edge_index, edge_attr: OptTensor = None, return_attention_weights=None):
         # The gate is a constant: if it carried relevance, ``1 - beta`` would be
@@ -124,6 +140,11 @@ class TransformerConv(pyg_nn.TransformerConv):
 class GeneralConv(pyg_nn.GeneralConv):
     """:class:`torch_geometric.nn.GeneralConv`; with ``attention=True`` the
     coefficients are constants."""
+
+    @staticmethod
+    def needs_own_forward(module) -> bool:
+        """A pass needs only this class's attention step, not its ``forward``."""
+        return False
 
     def message(self, x_i: Tensor, x_j: Tensor, edge_index_i: Tensor, size_i: Tensor,
                 edge_attr: Tensor) -> Tensor:
@@ -162,6 +183,11 @@ class SGFormerAttention(pyg_nn.SGFormerAttention):
     keys, :math:`z_n = \sum_l P_{nl} v_l` where
     :math:`P_{nl} = (\hat q_n \cdot \hat k_l + N \delta_{nl}) /
     (\sum_{l'} \hat q_n \cdot \hat k_{l'} + N)`; heads are averaged."""
+
+    @staticmethod
+    def needs_own_forward(module: pyg_nn.SGFormerAttention) -> bool:
+        """A pass needs this class's ``forward``."""
+        return True
 
     def forward(self, x: Tensor, mask: Optional[Tensor] = None) -> Tensor:
         if not is_active():
