@@ -365,6 +365,71 @@ def test_explain_takes_hetero_data_and_data():
     torch.testing.assert_close(c.node_mask, d.node_mask)
 
 
+class TakesEdgeFeatures(torch.nn.Module):
+    """GINE on ``edge_attr``, zeros where none is given, then mean pooling by ``batch``."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GINEConv
+        torch.manual_seed(9)
+        self.conv, self.head = GINEConv(torch.nn.Linear(3, 4), edge_dim=2), torch.nn.Linear(4, 2)
+
+    def forward(self, x, edges, edge_attr=None, *, batch=None):
+        if edge_attr is None:
+            edge_attr = torch.zeros(edges.shape[1], 2)
+        from torch_geometric.nn import global_mean_pool
+        return self.head(global_mean_pool(self.conv(x, edges, edge_attr).relu(), batch))
+
+
+def test_explain_passes_the_data_attributes_the_forward_takes():
+    """``lrp.explain(model, data)`` runs ``model`` on the graph as given: the
+    attributes its forward takes by name (``edge_attr``, ``batch``) come
+    from ``data`` unless given. Before, only ``x`` and ``edge_index`` were
+    taken, so the model ran with ``edge_attr=None`` and one graph, silently
+    (another score and other masks)."""
+    g = torch.Generator().manual_seed(4)
+    data = Data(x=torch.randn(7, 3, generator=g), edge_index=torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 6]]),
+                edge_attr=torch.randn(6, 2, generator=g), batch=torch.tensor([0, 0, 0, 1, 1, 1, 1]), y=torch.ones(2))
+    model = TakesEdgeFeatures()
+    got = lrp.explain(model, data, index=1)
+    want = lrp.explain(model, data.x, data.edge_index, index=1, edge_attr=data.edge_attr, batch=data.batch)
+    assert got.score == pytest.approx(float(model(data.x, data.edge_index, data.edge_attr, batch=data.batch)[1].max()))
+    torch.testing.assert_close(got.node_mask, want.node_mask)
+    torch.testing.assert_close(got.edge_attr_mask, want.edge_attr_mask)
+    # what is given wins
+    zeros = torch.zeros(6, 2)
+    given = lrp.explain(model, data, index=1, edge_attr=zeros)
+    torch.testing.assert_close(given.node_mask, lrp.explain(model, data.x, data.edge_index, index=1,
+                                                            edge_attr=zeros, batch=data.batch).node_mask)
+
+
+def test_explain_passes_the_hetero_data_attributes_the_forward_takes():
+    """``edge_attr_dict`` taken from a ``HeteroData`` (collected per edge type)."""
+    data = hetero_data(10)
+    torch.manual_seed(10)
+    model = HeteroSAGE(data.metadata())
+
+    class WithEdgeWeights(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, x_dict, edge_index_dict, weight_dict=None):
+            if weight_dict is not None:
+                x_dict = {k: v * 2.0 for k, v in x_dict.items()}
+            return self.inner(x_dict, edge_index_dict)
+
+    for edge_type in data.edge_types:
+        data[edge_type].weight = torch.ones(14)
+    wrapped = WithEdgeWeights()
+    got = lrp.explain(wrapped, data, index=2)
+    want = lrp.explain(wrapped, data.x_dict, data.edge_index_dict, index=2, weight_dict=data.collect("weight"))
+    plain = lrp.explain(wrapped, data.x_dict, data.edge_index_dict, index=2)
+    for node_type in data.node_types:
+        torch.testing.assert_close(got[node_type].node_mask, want[node_type].node_mask)
+    assert not torch.allclose(got["paper"].node_mask, plain["paper"].node_mask)
+
+
 def test_hetero_inputs_are_checked():
     data = hetero_data(8)
     model = HeteroSAGE(data.metadata())

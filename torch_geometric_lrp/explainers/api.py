@@ -1,6 +1,7 @@
 """One-call explanations: ``lrp.explain`` and ``lrp.explain_nodes``."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Iterator, Optional, Union
@@ -15,6 +16,7 @@ from tqdm.auto import tqdm
 from ..rules import Rule
 from . import distributed as shard
 from . import core
+from ..mode import unwrap
 from .core import (InFull, Relevance, Settings, _materialize, _spread, explain_rows, explanation_of, fall_back,
                    full_output, input_total, on_cut, on_graph, proves_lean_cuts, warn_if_not_conserved)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
@@ -82,7 +84,9 @@ def explain(
         Node features (``{node_type: features}`` for a heterogeneous graph),
         or the whole graph: ``x`` and ``edge_index`` (``x_dict`` and
         ``edge_index_dict``) are then taken from it, and ``edge_index``
-        stays ``None``.
+        stays ``None``; so are the attributes that the model's ``forward``
+        takes by name (``edge_attr``, ``batch``, ...; ``edge_attr_dict``
+        collected per type), unless given in ``kwargs``.
     edge_index : Tensor or dict
         The edges (``{edge_type: [2, E_t]}`` for a heterogeneous graph).
     index : int, LongTensor or BoolTensor, optional
@@ -106,6 +110,7 @@ def explain(
         model's inputs, ``index`` (the explained rows) and ``target`` (the
         explained class, labels or value of each explained row).
     """
+    kwargs = {**_graph_kwargs(model, x, kwargs), **kwargs}
     x, edge_index = _graph_inputs(x, edge_index)
     check_x(x, categorical=True, hetero=True)
     edge_mask_type = _edge_mask_type(edge_mask_type)
@@ -141,6 +146,32 @@ def explain(
         else:
             explanation[key] = value
     return explanation
+
+
+def _graph_kwargs(model: torch.nn.Module, data, given: dict) -> dict:
+    """The attributes of a ``Data`` given as ``x`` that ``model``'s forward
+    takes by name (``edge_attr``, ``edge_weight``, ``batch``, ...; for a
+    ``HeteroData``, ``edge_attr_dict`` and the like, collected per type),
+    except those given as keyword arguments: the model runs on the graph as
+    given. Nothing for tensors, or a forward that takes only ``**kwargs``."""
+    if not isinstance(data, (Data, HeteroData)):
+        return {}
+    try:
+        parameters = inspect.signature(unwrap(model).forward).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return {}
+    positional = [p for p in parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    taken = {p.name for p in positional[:2]}  # x and edge_index go there
+    found = {}
+    for name, p in parameters.items():
+        if name in taken or name in given or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        if isinstance(data, HeteroData):
+            if name.endswith("_dict") and name[:-5] in data.keys():
+                found[name] = data.collect(name[:-5])
+        elif name in data.keys():
+            found[name] = data[name]
+    return found
 
 
 def _graph_inputs(x, edge_index) -> tuple:
