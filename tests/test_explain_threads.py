@@ -272,3 +272,47 @@ def test_two_threads_one_model(second):
             for explanation, reference in pairs:
                 assert_equal_explanations(explanation, reference)
                 assert_conserved(explanation)
+
+
+class WaitsInsideThePass(torch.nn.Module):
+    """A GCN layer whose forward, inside a relevance pass, lets another
+    thread run the model and waits until it is done."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, C)
+        self.inside, self.done = threading.Event(), threading.Event()
+
+    def forward(self, x, edge_index):
+        if lrp_mode.is_active():
+            self.inside.set()
+            assert self.done.wait(timeout=30)
+        return self.head(F.dropout(self.conv(x, edge_index).relu(), 0.5, training=self.training))
+
+
+def test_a_forward_in_another_thread_during_a_pass_is_warned_about():
+    """The pass puts the model in eval mode for its duration; the flags are
+    the modules', so a forward in another thread (a training loop) runs in
+    eval mode then too. It says so, once. Before, silently (dropout off,
+    batch-norm statistics frozen in the training thread)."""
+    torch.manual_seed(0)
+    model = WaitsInsideThePass().train()
+    x, edge_index, _ = inputs("node")
+    errors = []
+
+    def explain():
+        try:
+            lrp.explain(model, x, edge_index, index=1, subgraph=False)
+        except Exception as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+    thread = threading.Thread(target=explain)
+    thread.start()
+    assert model.inside.wait(timeout=30)
+    try:
+        with pytest.warns(RuntimeWarning, match="runs in this thread while a relevance pass in another thread"):
+            model(x, edge_index)
+        assert not model.training  # what the warning is about
+    finally:
+        model.done.set()
+        thread.join()
+    assert not errors and model.training

@@ -1019,6 +1019,8 @@ class RelevanceMode(TorchFunctionMode):
         self.strict = strict
         self.rules = {id(m): r for m, r in (rules or {}).items()}
         self._keep_alive = list((rules or {}).keys())  # ids stay valid while the mode lives
+        self._thread = threading.get_ident()  # the thread of the pass
+        self._thread_warned = False  # a module of the model ran in another thread (enter)
         self._outside: set = set()  # ids of modules outside the model that the forward ran
         self.outside_undo: list = []  # how to undo their preparation (relevance_pass, at exit)
         self.type_rules = tuple(type_rules)
@@ -1057,6 +1059,15 @@ class RelevanceMode(TorchFunctionMode):
     def enter(self, module: torch.nn.Module, *args) -> None:
         """A module starts running (a forward pre-hook)."""
         if current_mode() is not self:
+            if id(module) in self.rules and threading.get_ident() != self._thread and not self._thread_warned:
+                # The model's own module runs in another thread during this pass:
+                # its training flag (the module's, not the thread's) says eval.
+                self._thread_warned = True
+                warnings.warn(f"LRP: {type(module).__name__} runs in this thread while a relevance pass in another "
+                              f"thread explains its model, which is in eval mode for the pass (training flags "
+                              f"belong to the modules, as with PyG's Explainer): this forward runs in eval mode "
+                              f"too. Do not train a model while explaining it in another thread.",
+                              RuntimeWarning, stacklevel=2)
             return
         rule = self.rules.get(id(module))
         if rule is None and self._model is not None and id(module) not in self._outside:
