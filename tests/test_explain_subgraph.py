@@ -609,3 +609,25 @@ def test_a_forward_failing_on_the_subgraph_falls_back_to_the_full_graph():
                            subgraph=False)
     torch.testing.assert_close(got.node_mask, expected.node_mask)
     assert abs(got.residual) < 1e-5 * (1 + abs(got.score))
+
+
+class FailsOnLargeGraphs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(F_IN, C)
+
+    def forward(self, x, edge_index):
+        if x.shape[0] > 12:
+            raise RuntimeError("at most 12 nodes")
+        return self.conv(x, edge_index)
+
+
+def test_a_model_that_fails_on_the_full_graph_says_so():
+    """The check runs on the full graph (a small one): where the model fails
+    there, the warning names the full graph (it said "with unrelated nodes
+    added", which no check added), and the model's own error follows."""
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(40, F_IN), torch.stack([torch.arange(39), torch.arange(1, 40)])
+    with pytest.warns(lrp.SubgraphWarning, match="its forward failed on the full graph \\(at most 12 nodes\\)"), \
+            pytest.raises(RuntimeError, match="at most 12 nodes"):
+        lrp.explain(FailsOnLargeGraphs(), x, edge_index, index=20, mode="multiclass_classification")

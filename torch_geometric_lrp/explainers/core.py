@@ -612,7 +612,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         target = check_target(target, mode)
         seed, target = seed_of(p.logits, c.index, rows, n, target, mode)
         if isinstance(check, Exception):
-            fall_back(model, f"its forward failed with unrelated nodes added to the subgraph ({check})")
+            fall_back(model, f"its forward failed on the full graph ({check})" if context is None else
+                      f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
         if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
             if slimmed():  # perhaps only what the lean, trimmed pass leaves out
