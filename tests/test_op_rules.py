@@ -59,6 +59,17 @@ def lrp0_audited(fn, rule) -> tuple[Tensor, Tensor, float]:
     return out.detach(), relevance, audit.absorbed
 
 
+def audited_alike(fn, reference, rule) -> tuple[Tensor, Tensor, float]:
+    """``lrp0_audited`` of ``fn``, checked to give the output, the input
+    relevance and the absorbed relevance of ``reference`` under ``rule``."""
+    out, relevance, absorbed = lrp0_audited(fn, rule)
+    want_out, want, want_absorbed = lrp0_audited(reference, rule)
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(relevance, want)
+    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+    return out, relevance, absorbed
+
+
 def grad_x_input(reference, x: Tensor = X) -> Tensor:
     x = x.clone().requires_grad_()
     reference(x).sum().backward()
@@ -534,11 +545,7 @@ def test_an_in_place_write_into_a_map_end_continues_the_map(write, rule):
             h = written  # the out-of-place form returns a new tensor
         return h @ W
 
-    out, relevance, absorbed = lrp0_audited(lambda x: fn(x, in_place), rule)
-    want_out, want, want_absorbed = lrp0_audited(lambda x: fn(x, out_of_place), rule)
-    torch.testing.assert_close(out, want_out)
-    torch.testing.assert_close(relevance, want)
-    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+    out, relevance, absorbed = audited_alike(lambda x: fn(x, in_place), lambda x: fn(x, out_of_place), rule)
     torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
 
 
@@ -614,11 +621,7 @@ def test_a_tensor_written_in_place_several_times(rule):
         h = torch.where(h.detach() > 0.3, 0.0, h)
         h = torch.cat([h[:, :1], torch.full_like(h[:, 1:2], 0.5), h[:, 2:]], 1)
         return torch.where(h.detach() < -1.0, -1.0, h)
-    out, relevance, absorbed = lrp0_audited(in_place, rule)
-    want_out, want, want_absorbed = lrp0_audited(out_of_place, rule)
-    torch.testing.assert_close(out, want_out)
-    torch.testing.assert_close(relevance, want)
-    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+    audited_alike(in_place, out_of_place, rule)
 
 
 def test_a_model_that_returns_a_tensor_written_in_place():
@@ -762,15 +765,11 @@ def test_arithmetic_in_place_on_a_map_end_continues_the_map(op, rule):
     def fn(x, write):
         h, other = x @ A, (x @ B).relu()
         written = write(h, other)
-        if written is not h and not (in_place is write):
-            h = written
+        if written is not h:
+            h = written  # the out-of-place form returns a new tensor
         return h @ W
 
-    out, relevance, absorbed = lrp0_audited(lambda x: fn(x, in_place), rule)
-    want_out, want, want_absorbed = lrp0_audited(lambda x: fn(x, out_of_place), rule)
-    torch.testing.assert_close(out, want_out)
-    torch.testing.assert_close(relevance, want)
-    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+    audited_alike(lambda x: fn(x, in_place), lambda x: fn(x, out_of_place), rule)
 
 
 @pytest.mark.parametrize("write", ["masked_fill_", "mul_"])
@@ -790,11 +789,7 @@ def test_a_map_end_read_before_it_is_written_in_place(write, rule):
             h = h.masked_fill(mask, 0.0) if write == "masked_fill_" else h * 0.5
         return (h.relu() + early) @ W
 
-    out, relevance, absorbed = lrp0_audited(lambda x: fn(x, True), rule)
-    want_out, want, want_absorbed = lrp0_audited(lambda x: fn(x, False), rule)
-    torch.testing.assert_close(out, want_out)
-    torch.testing.assert_close(relevance, want)
-    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+    audited_alike(lambda x: fn(x, True), lambda x: fn(x, False), rule)
 
 
 @pytest.mark.parametrize("write", ["masked_fill_", "mul_", "setitem 0.5"])
@@ -820,11 +815,7 @@ def test_a_write_under_no_grad_into_a_map_end_is_replayed(write, rule, read_firs
                 h[mask] = 0.5
         return (h + early) @ W
 
-    out, relevance, absorbed = lrp0_audited(lambda x: fn(x, True), rule)
-    want_out, want, want_absorbed = lrp0_audited(lambda x: fn(x, False), rule)
-    torch.testing.assert_close(out, want_out)
-    torch.testing.assert_close(relevance, want)
-    assert absorbed == pytest.approx(want_absorbed, rel=1e-9, abs=1e-12)
+    audited_alike(lambda x: fn(x, True), lambda x: fn(x, False), rule)
 
 
 class ScalesItsInput(torch.nn.Module):

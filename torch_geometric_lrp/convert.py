@@ -277,7 +277,7 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     ``rules`` whose key is its qualified name, or else a glob pattern of it
     (e.g. ``"convs.0*"``; the one with the most literal characters); an
     entry whose key is a type it is an instance of (the most specific one,
-    :func:`type_rule`), unless its parent is an instance of that type too;
+    ``type_rule``), unless its parent is an instance of that type too;
     the rule of its parent; the
     default composite, by graph layer (a message-passing module, or a PyG
     conv layer that runs them inside, :data:`CONV_WRAPPERS`; all of a layer

@@ -307,7 +307,7 @@ def explain_nodes(
     target : Tensor, optional
         Class (or 0/1 labels) per node, or per target; default: the
         prediction. One entry per node is read per node (as
-        :func:`lrp.explain` reads it), also where ``index`` lists every node.
+        ``lrp.explain`` reads it), also where ``index`` lists every node.
     mode : str, optional
         ``'multiclass_classification'``, ``'binary_classification'`` or
         ``'regression'``; read off the output where it tells.
