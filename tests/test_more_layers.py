@@ -98,6 +98,7 @@ class TestClusterGCNConv(FamilyTests):
 
 class TestLEConv(FamilyTests):
     CONFIGS = {"bias": lambda s: build(lambda c: c(F_IN, F_OUT), "LEConv", single(M.LETwin), s)}
+    PATHS_OF_BOTH_SIGNS = {"bias": "deg_i lin1(x_i) - lin2(x_j): a subtraction"}
 
 
 class TestAGNNConv(FamilyTests):
@@ -127,6 +128,17 @@ def test_sgformer_attention_against_its_twin(rule_name, heads, qkv_bias):
         explained = layer(watched)
         (got,) = mode.backward(explained, relevance, [watched])
     torch.testing.assert_close(explained.detach(), out, rtol=1e-10, atol=1e-12)
+    if isinstance(rule, T.AlphaBeta):
+        # the attention weights (normalised dot products) carry signs, so paths of
+        # both signs meet: the twin's one-weight-per-path streams do not apply
+        # (test_layer_twins.FamilyTests.test_signed_rules_keep_the_signs); with
+        # a positive seed ZPlus gives no input negative relevance
+        if rule.beta == 0:
+            with lrp.relevance_pass(layer, rules=lrp_rule(rule)) as mode:
+                watched = mode.watch(x)
+                (positive,) = mode.backward(layer(watched), relevance.abs(), [watched])
+            assert float(positive.min()) >= -1e-12 * float(relevance.abs().sum())
+        return
     expected = T.single_map(twin, (x[0],), rule, relevance[0]).inputs[0]
     assert_relevance(got[0], expected, f"SGFormerAttention / {rule_name}")
     assert type(layer) is pyg_nn.SGFormerAttention  # swapped back
@@ -223,6 +235,7 @@ def nnconv(c):
 
 
 class TestNNConv(FamilyTests):
+    PATHS_OF_BOTH_SIGNS = {"edge_attr-constant": "the edge weights, gates here, carry signs"}
     CONFIGS = {
         # edge_attr a constant of the pass: the edge weights are gates
         "edge_attr-constant": lambda s: build(nnconv, "NNConv", nnconv_constant_reference, s,

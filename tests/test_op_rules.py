@@ -1077,3 +1077,52 @@ def test_relevance_hooks_of_the_pass_run_when_the_forward_sets_them():
     score = float(out.detach().sum())
     assert collected and sum(collected) == pytest.approx(score, rel=1e-9)
     assert float(relevance.sum()) == pytest.approx(score, rel=1e-9)
+
+
+def zplus_reference(x: Tensor, weight: Tensor, bias: Tensor, relevance: Tensor) -> Tensor:
+    r"""``ZPlus`` on ``z = x W + b`` (one weight), written out:
+    :math:`R_i = \sum_j (x_i w_{ij})^+ R_j / z_j^+` (0 where :math:`z_j^+ = 0`)."""
+    c = x.unsqueeze(-1) * weight  # [N, in, out]
+    zp = c.clamp(min=0).sum(1) + bias.clamp(min=0)
+    share = torch.where(zp == 0, 0.0, relevance / zp)  # no positive contribution: the relevance is lost
+    return (c.clamp(min=0) * share.unsqueeze(1)).sum(-1)
+
+
+SIGN_FLIPS = {  # a map with a negative coefficient, and the same map with it folded into the weight and bias
+    "neg": (lambda x: -(x @ A + C[0]), lambda: (-A, -C[0])),
+    "sub from a constant": (lambda x: C[1] - x @ A, lambda: (-A, C[1])),
+    "negative number": (lambda x: (x @ A + C[0]) * -0.5, lambda: (-0.5 * A, -0.5 * C[0])),
+    "signed gate": (lambda x: (x @ A) * torch.tensor([1.0, -2.0, 0.5, -1.0], dtype=DTYPE),
+                    lambda: (A * torch.tensor([1.0, -2.0, 0.5, -1.0], dtype=DTYPE), torch.zeros(HID, dtype=DTYPE))),
+    "batch norm, negative scale": (None, None),
+}
+
+
+@pytest.mark.parametrize("case", list(SIGN_FLIPS))
+def test_zplus_counts_negative_coefficients_with_their_sign(case):
+    """``ZPlus`` on a map with a negation, a subtraction, a negative number,
+    a signed gate or a BatchNorm with negative scales equals ``ZPlus`` on the
+    same map with the coefficient folded into the weight: no input gets
+    negative relevance for a positive seed. Before, the positive stream took
+    the negative contributions (``-lin(x)``: all relevance on the features
+    against the output)."""
+    if case == "batch norm, negative scale":
+        norm = torch.nn.BatchNorm1d(HID).double().eval()
+        with torch.no_grad():
+            norm.weight.copy_(torch.tensor([-1.5, 0.7, -0.3, 1.2]))
+            norm.bias.copy_(torch.tensor([0.2, -0.1, 0.4, 0.0]))
+            norm.running_mean.copy_(torch.tensor([0.3, -0.2, 0.1, 0.5]))
+            norm.running_var.copy_(torch.tensor([2.0, 0.5, 1.0, 1.5]))
+        scale = norm.weight.detach() / torch.sqrt(norm.running_var + norm.eps)
+        shift = norm.bias.detach() - norm.running_mean * scale
+        fn, (weight, bias) = (lambda x: norm(x @ A)), (A * scale, shift)
+    else:
+        fn, folded = SIGN_FLIPS[case]
+        weight, bias = folded()
+    out = fn(X).detach()
+    seed = out.abs()
+    with relevance_pass(rules=lrp.rules.ZPlus(epsilon=0.0)) as mode:
+        watched = mode.watch(X)
+        (got,) = mode.backward(fn(watched), seed, [watched])
+    torch.testing.assert_close(got, zplus_reference(X, weight, bias, seed))
+    assert float(got.min()) >= -1e-12

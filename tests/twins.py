@@ -74,9 +74,13 @@ class Gamma:
 
 @dataclass(frozen=True)
 class AlphaBeta:
-    """Four streams ``(x+, W+, b+)``, ``(x-, W-, 0)``, ``(x+, W-, b-)``,
-    ``(x-, W+, 0)``; ``z+ = z_1 + z_2``, ``z- = z_3 + z_4``;
-    ``g_1 = g_2 = c+ R / stab(z+)``, ``g_3 = g_4 = c- R / stab(z-)`` with
+    """Six streams ``(x+, W+, b+)``, ``(x-, W-, 0)``, ``(x-, 0, 0)``,
+    ``(x+, W-, b-)``, ``(x-, W+, 0)``, ``(x+, 0, 0)``; ``z+ = z_1 + z_2 -
+    z_3``, ``z- = z_4 + z_5 - z_6`` (the positive and negative contributions
+    of a map whose paths carry at most one weight and no negative gate or
+    sign; the zero-weight streams take out the paths without a weight, which
+    ``x-`` would otherwise put into ``z+``);
+    ``g_1 = g_2 = -g_3 = c+ R / stab(z+)``, ``g_4 = g_5 = -g_6 = c- R / stab(z-)`` with
     ``c+ = alpha``, ``c- = -beta``, except ``c+ = 1`` where ``z- = 0`` and
     ``c- = (1 if beta > 0 else 0)`` where ``z+ = 0``."""
 
@@ -140,7 +144,12 @@ def streams(rule: Rule, xs: tuple, weights: Params, biases: Params) -> list[tupl
         bp = {n: b.clamp(min=0) for n, b in biases.items()}
         bn = {n: b.clamp(max=0) for n, b in biases.items()}
         b0 = {n: torch.zeros_like(b) for n, b in biases.items()}
-        return [(xp, {**wp, **bp}), (xn, {**wn, **b0}), (xp, {**wn, **bn}), (xn, {**wp, **b0})]
+        w0 = {n: torch.zeros_like(w) for n, w in weights.items()}
+        # z = L0(x) + L1(x, W) + b (paths without a weight, paths through one
+        # weight): z+ = L0(x+) + L1(x+, W+) + L1(x-, W-) + b+, which is
+        # f(x+, W+, b+) + f(x-, W-, 0) - f(x-, 0, 0); z- likewise
+        return [(xp, {**wp, **bp}), (xn, {**wn, **b0}), (xn, {**w0, **b0}),
+                (xp, {**wn, **bn}), (xn, {**wp, **b0}), (xp, {**w0, **b0})]
     b0 = {n: torch.zeros_like(b) for n, b in biases.items()}
     if isinstance(rule, Flat):
         ones = tuple(torch.ones_like(x) for x in xs)
@@ -169,12 +178,12 @@ def stream_gradients(rule: Rule, relevance: Tensor, zs: list[Tensor]) -> list[Te
         s = ratio(relevance, zs[0] - zs[1] - zs[2], rule.epsilon)
         return [s, -s, -s]
     if isinstance(rule, AlphaBeta):
-        zp, zn = zs[0] + zs[1], zs[2] + zs[3]
+        zp, zn = zs[0] + zs[1] - zs[2], zs[3] + zs[4] - zs[5]
         cp = torch.where(zn == 0, 1.0, rule.alpha).to(relevance.dtype)
         cn = torch.where(zp == 0, 1.0 if rule.beta > 0 else 0.0, -rule.beta).to(relevance.dtype)
         gp = cp * ratio(relevance, zp, rule.epsilon)
         gn = cn * ratio(relevance, zn, rule.epsilon)
-        return [gp, gp, gn, gn]
+        return [gp, gp, -gp, gn, gn, -gn]
     raise TypeError(f"unknown rule {rule!r}")
 
 

@@ -42,6 +42,7 @@ mechanism for both.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 import sys
 import warnings
@@ -856,6 +857,65 @@ def _is_linear(name: str, kind: str, args, kwargs) -> bool:
     return True
 
 
+_NEGATED_FIRST = frozenset("neg __neg__ negative rsub __rsub__".split())
+_NEGATED_SECOND = frozenset("sub __sub__ __isub__ sub_ subtract".split())
+_SCALED_SECOND = frozenset("add __add__ __radd__ __iadd__ add_".split())
+
+
+def _sign(value) -> int:
+    return -1 if isinstance(value, (int, float)) and value < 0 else 1
+
+
+def _operand_signs(name: str, args, kwargs, keyed: list) -> list[int]:
+    """The sign (+1 or -1) with which the linear op ``name`` takes each of
+    its tensor operands (``keyed``, :func:`_tensors_of`): -1 for what it
+    subtracts or negates, and for everything under a negative number factor
+    (``h * -0.5``, ``alpha=-1``). An op that mixes signs within one operand
+    (``diff``) has no such split: refused under a sign-splitting rule."""
+    if name == "diff":
+        raise UnsupportedOpError(f"'diff' subtracts neighbouring entries of one tensor, so the positive and "
+                                 f"negative contributions that AlphaBeta and ZPlus keep apart mix inside it; "
+                                 f"write it as a subtraction of two slices (h[1:] - h[:-1]), or use another rule "
+                                 f"(Epsilon, Gamma) for this module.")
+    alpha = _sign(kwargs.get("alpha", 1))
+    numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
+    scale = _sign(numbers[0]) if LINEAR_OPS.get(name) == "mul" and numbers else 1
+    signs = []
+    for _, key in keyed:
+        sign = scale
+        position = key[0] if isinstance(key, tuple) else key
+        if name in _NEGATED_FIRST and position == 0:
+            sign = -alpha if name in ("rsub",) else -1
+        elif name in _NEGATED_SECOND and position in (1, "other"):
+            sign = -alpha
+        elif name in _SCALED_SECOND and position in (1, "other"):
+            sign = alpha
+        elif name in ("index_add", "index_add_") and position in (3, "source"):
+            sign = alpha
+        signs.append(sign)
+    return signs
+
+
+def _positive_part(t: Tensor) -> Tensor:
+    return t.clamp(min=0)
+
+
+def _negative_part(t: Tensor) -> Tensor:
+    return t.clamp(max=0)
+
+
+def _nothing(t: Tensor) -> Tensor:
+    return torch.zeros_like(t)
+
+
+def _signed_part(f: Tensor, sign: int, divides: bool) -> Tensor:
+    """The part of factor ``f`` of one sign; as a divisor, ``inf`` elsewhere
+    (``x / inf = 0``)."""
+    if divides:
+        return torch.where(f > 0 if sign > 0 else f < 0, f, torch.full_like(f, math.inf))
+    return f.clamp(min=0) if sign > 0 else f.clamp(max=0)
+
+
 def _is_data(name: str, key) -> bool:
     """Positions of a copy op that hold data (the rest are shapes, indices or
     dtype references)."""
@@ -1209,6 +1269,8 @@ class RelevanceMode(TorchFunctionMode):
             # (With a constant operand, as in cat([x, degree]), it is part of a map
             # so that what the constant absorbs is measured.)
             return NotImplemented
+        if rule.signed:
+            return self._signed_op(name, fn, rule, args, kwargs)
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
@@ -1221,6 +1283,49 @@ class RelevanceMode(TorchFunctionMode):
             a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
             value = fn(*a, **kw)
         return self._register(value, rule, outputs)
+
+    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs):
+        r"""Linear op ``name`` under a ``signed`` rule (``AlphaBeta``,
+        ``ZPlus``): its streams carry the positive and the negative
+        contributions :math:`(P, N)` of the map's paths, kept apart here. With
+        factors :math:`f` (weights, gates) each combination of their signs
+        runs once per stream: the parts whose signs (of the stream, the
+        factors and the op's own sign for that operand, see
+        :func:`_operand_signs`) multiply to ``+`` make :math:`P'`, the others
+        :math:`N'`; a bias or constant adds its ``+`` part to :math:`P'` and
+        its ``-`` part to :math:`N'` (its sign in the op taken into account)."""
+        keyed = _tensors_of(args, kwargs)
+        kind = LINEAR_OPS[name]
+        roles = [self._role(name, kind, t, key) for t, key in keyed]
+        signs = _operand_signs(name, args, kwargs, keyed)
+        factors = [i for i, r in enumerate(roles) if r in ("weight", "gate")]
+        divides = name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide"))
+        streams = rule.streams()
+        outputs = []
+        with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
+            for want in (1, -1):  # P', then N'
+                total = None
+                for combo in itertools.product((1, -1), repeat=len(factors)):
+                    parity = math.prod(combo)
+                    first = all(c > 0 for c in combo)  # biases and constants enter once
+                    values = []
+                    for i, ((t, _), role) in enumerate(zip(keyed, roles)):
+                        if role == "signal":
+                            k = 0 if want * parity * signs[i] > 0 else 1
+                            values.append(self._stream_input(t, rule, k, streams[k]))
+                        elif role in ("weight", "gate"):
+                            values.append(_signed_part(_value_of(t), combo[factors.index(i)], divides))
+                        elif role in ("bias", "input"):
+                            part = (_positive_part if want * signs[i] > 0 else _negative_part) if first else _nothing
+                            values.append(self._constant(t, part, "bias" if role == "bias" else "constant"))
+                        else:  # a reference (indices, shapes)
+                            values.append(_value_of(t))
+                    a, kw = _filled(args, kwargs, values)
+                    out = fn(*a, **kw)
+                    total = out if total is None else total + out
+                outputs.append(total)
+        a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in keyed])
+        return self._register(fn(*a, **kw), rule, outputs)
 
     def _is_weight(self, name: str, args) -> bool:
         """Whether ``name(*args)`` makes a weight: a copy (``W[i]``,

@@ -164,7 +164,20 @@ _IDENTITY = (Stream(),)
 class Rule:
     """Base class of LRP rules: :meth:`streams` and :meth:`gradients` define
     the rule on any linear map; :meth:`linear` applies it to one affine
-    layer."""
+    layer.
+
+    A rule with ``signed = True`` splits the map's contributions by sign:
+    its two streams carry the positive and the negative contributions,
+    :math:`z^+` and :math:`z^-`, of every path through the map (the input
+    times the weights, gates and signs along it), and only their inputs are
+    modified (:math:`x^+`, :math:`x^-`); every op of the map keeps the two
+    apart (a weight or gate :math:`f` sends :math:`P f^+ + N f^-` to the
+    positive stream and :math:`P f^- + N f^+` to the negative one, a
+    subtraction or a negative number swaps them, a bias adds :math:`b^+` to
+    one and :math:`b^-` to the other).
+    """
+
+    signed = False
 
     def streams(self) -> Sequence[Stream]:
         """The streams of the rule (default: the map itself)."""
@@ -192,6 +205,8 @@ class Rule:
         Returns the input relevance (shape of ``x``) and the mask of dropped
         outputs (or ``None``).
         """
+        if self.signed:
+            return self._signed_linear(x, weight, bias, relevance)
         streams = self.streams()
         inputs = [x if s.input is _same else s.input(x) for s in streams]
         weights = [weight if s.weight is _same else s.weight(weight) for s in streams]
@@ -205,6 +220,19 @@ class Rule:
         for i, w, g in zip(inputs, weights, grads):
             part = times(i, g @ w)
             r = part if r is None else r.add_(part)
+        return r.expand_as(x) if r.shape != x.shape else r, dropped
+
+
+    def _signed_linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], relevance: Tensor):
+        r""":meth:`linear` of a ``signed`` rule: :math:`z^+ = x^+ W^{+\top} +
+        x^- W^{-\top} + b^+`, :math:`z^- = x^+ W^{-\top} + x^- W^{+\top} + b^-`;
+        :math:`R_x = x^+ \odot (g_+ W^+ + g_- W^-) + x^- \odot (g_+ W^- + g_- W^+)`."""
+        xp, xn, wp, wn = x.clamp(min=0), x.clamp(max=0), weight.clamp(min=0), weight.clamp(max=0)
+        bp, bn = (None, None) if bias is None else (bias.clamp(min=0), bias.clamp(max=0))
+        zp = F.linear(xp, wp, bp) + F.linear(xn, wn)
+        zn = F.linear(xp, wn, bn) + F.linear(xn, wp)
+        (gp, gn), dropped = self.gradients(relevance, [zp, zn])
+        r = times(xp, gp @ wp + gn @ wn).add_(times(xn, gp @ wn + gn @ wp))
         return r.expand_as(x) if r.shape != x.shape else r, dropped
 
 
@@ -281,10 +309,15 @@ class AlphaBeta(Rule):
         R_i = \sum_j \Big(\alpha \frac{z_{ij}^+}{z_j^+} - \beta \frac{z_{ij}^-}{z_j^-}\Big) R_j,
 
     with :math:`z_{ij} = x_i w_{ji}` and the positive (negative) part of the
-    bias in :math:`z_j^+` (:math:`z_j^-`). On a whole map, four streams:
-    :math:`(x^+, W^+, b^+)` and :math:`(x^-, W^-, 0)` make :math:`z^+`,
-    :math:`(x^+, W^-, b^-)` and :math:`(x^-, W^+, 0)` make :math:`z^-`
-    (gates are taken as non-negative). Requires :math:`\alpha - \beta = 1`
+    bias in :math:`z_j^+` (:math:`z_j^-`). On a whole map (a ``signed``
+    rule, see :class:`Rule`) a contribution is a path through the map: the
+    input times the weights, gates and signs along it, so a negative gate
+    (a BatchNorm scale, a Laplacian entry) or a subtraction counts with its
+    sign. Where each input reaches an output along paths of one sign (one
+    weight per map, as in GCN, SAGE or GIN's first ``Linear``) this is the
+    rule on the layer's affine map; where paths of both signs meet
+    (``x_j - x_i``, Chebyshev polynomials, two ``Linear`` in a row) they
+    count apart. Requires :math:`\alpha - \beta = 1`
     so that relevance is conserved. An output with only positive (only
     negative) contributions hands all its relevance to them proportionally,
     so conservation holds there too; with ``beta=0`` an output without
@@ -306,22 +339,24 @@ class AlphaBeta(Rule):
         if self.beta < 0:
             raise ValueError(f"AlphaBeta: beta must be >= 0, got beta={self.beta}.")
 
+    signed = True
+
     def streams(self):
-        return (Stream(_positive, _positive, _positive), Stream(_negative, _negative, _zero),
-                Stream(_positive, _negative, _negative), Stream(_negative, _positive, _zero))
+        return _SIGNED_STREAMS
 
     def gradients(self, relevance, outputs):
-        zp, zn = outputs[0] + outputs[1], outputs[2] + outputs[3]  # >= 0, <= 0
+        zp, zn = outputs  # >= 0, <= 0
         only_pos, only_neg = zn == 0, zp == 0
         sp, _ = divide(relevance, zp, self.epsilon)
         sn, _ = divide(relevance, zn, self.epsilon)
         sp = sp * torch.where(only_pos, 1.0, self.alpha).to(sp.dtype)
         sn = sn * torch.where(only_neg, 1.0 if self.beta else 0.0, -self.beta).to(sn.dtype)
         dropped = only_neg & only_pos if self.beta else only_neg
-        return [sp, sp, sn, sn], dropped
+        return [sp, sn], dropped
 
 
-_ZPLUS_STREAMS = (Stream(_positive, _positive, _positive), Stream(_negative, _negative, _zero))
+#: The streams of a ``signed`` rule: the positive and the negative contributions.
+_SIGNED_STREAMS = (Stream(input=_positive), Stream(input=_negative))
 
 
 class ZPlus(AlphaBeta):
@@ -330,16 +365,11 @@ class ZPlus(AlphaBeta):
     def __init__(self, epsilon: float = 1e-6):
         super().__init__(alpha=1.0, beta=0.0, epsilon=epsilon)
 
-    def streams(self):
-        # With beta = 0 the negative contributions get no relevance, and an
-        # output without positive ones loses its relevance whatever z^- is:
-        # AlphaBeta's two z^- streams are not needed.
-        return _ZPLUS_STREAMS
-
     def gradients(self, relevance, outputs):
-        zp = outputs[0] + outputs[1]  # >= 0
-        s, dropped = divide(relevance, zp, self.epsilon)
-        return [s, s], dropped
+        # With beta = 0 the negative contributions get no relevance, and an
+        # output without positive ones loses its relevance whatever z^- is.
+        s, dropped = divide(relevance, outputs[0], self.epsilon)  # z^+ >= 0
+        return [s, torch.zeros_like(s)], dropped
 
     def __repr__(self) -> str:
         return f"ZPlus(epsilon={self.epsilon})"
