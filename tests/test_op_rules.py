@@ -1126,3 +1126,13 @@ def test_zplus_counts_negative_coefficients_with_their_sign(case):
         (got,) = mode.backward(fn(watched), seed, [watched])
     torch.testing.assert_close(got, zplus_reference(X, weight, bias, seed))
     assert float(got.min()) >= -1e-12
+
+
+def test_diff_is_refused_under_a_sign_splitting_rule():
+    """``diff`` mixes signs inside one operand, which ``ZPlus`` and
+    ``AlphaBeta`` cannot keep apart: refused, naming what to write instead;
+    under ``Epsilon`` it is a linear op of the map."""
+    with pytest.raises(UnsupportedOpError, match=r"'diff' .*h\[1:\] - h\[:-1\]"):
+        lrp0(lambda x: torch.diff(x @ A, dim=0), rule=lrp.rules.ZPlus())
+    torch.testing.assert_close(lrp0(lambda x: torch.diff(x @ A, dim=0)),
+                               lrp0(lambda x: (x @ A)[1:] - (x @ A)[:-1]))

@@ -67,7 +67,7 @@ from . import functional as R
 from .attention import ATTENTION_HANDLERS
 from .recurrent import RECURRENT_HANDLERS
 from . import maps
-from .rules import Epsilon, Pass, Rule, nonfinite_guard, times
+from .rules import Epsilon, Pass, Rule, _negative, _positive, _zero, nonfinite_guard, times
 
 __all__ = ["RelevanceMode", "UnsupportedOpError", "relevance_pass", "is_active", "current_mode"]
 
@@ -873,10 +873,10 @@ def _operand_signs(name: str, args, kwargs, keyed: list) -> list[int]:
     (``h * -0.5``, ``alpha=-1``). An op that mixes signs within one operand
     (``diff``) has no such split: refused under a sign-splitting rule."""
     if name == "diff":
-        raise UnsupportedOpError(f"'diff' subtracts neighbouring entries of one tensor, so the positive and "
-                                 f"negative contributions that AlphaBeta and ZPlus keep apart mix inside it; "
-                                 f"write it as a subtraction of two slices (h[1:] - h[:-1]), or use another rule "
-                                 f"(Epsilon, Gamma) for this module.")
+        raise UnsupportedOpError("'diff' subtracts neighbouring entries of one tensor, so the positive and "
+                                 "negative contributions that AlphaBeta and ZPlus keep apart mix inside it; "
+                                 "write it as a subtraction of two slices (h[1:] - h[:-1]), or use another rule "
+                                 "(Epsilon, Gamma) for this module.")
     alpha = _sign(kwargs.get("alpha", 1))
     numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
     scale = _sign(numbers[0]) if LINEAR_OPS.get(name) == "mul" and numbers else 1
@@ -894,18 +894,6 @@ def _operand_signs(name: str, args, kwargs, keyed: list) -> list[int]:
             sign = alpha
         signs.append(sign)
     return signs
-
-
-def _positive_part(t: Tensor) -> Tensor:
-    return t.clamp(min=0)
-
-
-def _negative_part(t: Tensor) -> Tensor:
-    return t.clamp(max=0)
-
-
-def _nothing(t: Tensor) -> Tensor:
-    return torch.zeros_like(t)
 
 
 def _signed_part(f: Tensor, sign: int, divides: bool) -> Tensor:
@@ -1316,7 +1304,7 @@ class RelevanceMode(TorchFunctionMode):
                         elif role in ("weight", "gate"):
                             values.append(_signed_part(_value_of(t), combo[factors.index(i)], divides))
                         elif role in ("bias", "input"):
-                            part = (_positive_part if want * signs[i] > 0 else _negative_part) if first else _nothing
+                            part = (_positive if want * signs[i] > 0 else _negative) if first else _zero
                             values.append(self._constant(t, part, "bias" if role == "bias" else "constant"))
                         else:  # a reference (indices, shapes)
                             values.append(_value_of(t))
