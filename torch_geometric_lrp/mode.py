@@ -1258,7 +1258,7 @@ class RelevanceMode(TorchFunctionMode):
             # so that what the constant absorbs is measured.)
             return NotImplemented
         if rule.signed:
-            return self._signed_op(name, fn, rule, args, kwargs)
+            return self._signed_op(name, fn, rule, args, kwargs, [r for _, r in operands])
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
@@ -1272,7 +1272,7 @@ class RelevanceMode(TorchFunctionMode):
             value = fn(*a, **kw)
         return self._register(value, rule, outputs)
 
-    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs):
+    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, roles: list):
         r"""Linear op ``name`` under a ``signed`` rule (``AlphaBeta``,
         ``ZPlus``): its streams carry the positive and the negative
         contributions :math:`(P, N)` of the map's paths, kept apart here. With
@@ -1281,10 +1281,9 @@ class RelevanceMode(TorchFunctionMode):
         factors and the op's own sign for that operand, see
         :func:`_operand_signs`) multiply to ``+`` make :math:`P'`, the others
         :math:`N'`; a bias or constant adds its ``+`` part to :math:`P'` and
-        its ``-`` part to :math:`N'` (its sign in the op taken into account)."""
+        its ``-`` part to :math:`N'` (its sign in the op taken into account).
+        ``roles``: those of the tensor operands, as :meth:`_linear_op` found them."""
         keyed = _tensors_of(args, kwargs)
-        kind = LINEAR_OPS[name]
-        roles = [self._role(name, kind, t, key) for t, key in keyed]
         signs = _operand_signs(name, args, kwargs, keyed)
         factors = [i for i, r in enumerate(roles) if r in ("weight", "gate")]
         divides = name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide"))
