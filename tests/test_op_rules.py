@@ -18,6 +18,7 @@ import contextlib
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -1136,3 +1137,56 @@ def test_diff_is_refused_under_a_sign_splitting_rule():
         lrp0(lambda x: torch.diff(x @ A, dim=0), rule=lrp.rules.ZPlus())
     torch.testing.assert_close(lrp0(lambda x: torch.diff(x @ A, dim=0)),
                                lrp0(lambda x: (x @ A)[1:] - (x @ A)[:-1]))
+
+
+G = torch.tensor([1.5, -2.0, 0.5, -1.0], dtype=DTYPE)  # a signed gate
+INT_G = torch.tensor([1, -2, 3, -1])
+SPELLINGS = {  # name: (a spelling, the same op spelled as the tests above check it), on h = x @ A
+    "mul, other=": (lambda h: torch.mul(h, other=-0.5), lambda h: h * -0.5),
+    "div, other=": (lambda h: torch.div(h, other=-2.0), lambda h: h / -2.0),
+    "neg, input=": (lambda h: torch.neg(input=h), lambda h: -h),
+    "rsub, input= other=": (lambda h: torch.rsub(input=h, other=C[0]), lambda h: C[0] - h),
+    "numpy number": (lambda h: h * np.float32(-0.5), lambda h: h * -0.5),
+    "integer gate": (lambda h: h * INT_G, lambda h: h * INT_G.to(DTYPE)),
+    "integer 0-dim divisor": (lambda h: h / torch.tensor(-2), lambda h: h / -2.0),
+    "neg_": (lambda h: h.neg_(), lambda h: -h),
+    "negative_": (lambda h: h.negative_(), lambda h: -h),
+    "multiply_ gate": (lambda h: h.multiply_(G), lambda h: h * G),
+    "true_divide_": (lambda h: h.true_divide_(-2.0), lambda h: h / -2.0),
+    "divide_ gate": (lambda h: h.divide_(G), lambda h: h / G),
+    "subtract_": (lambda h: h.subtract_(C[0]), lambda h: h - C[0]),
+    "addcmul_": (lambda h: h.addcmul_(C[0].expand(N, HID), G, value=-1.0), lambda h: h - C[0] * G),
+    "cumsum_": (lambda h: h.cumsum_(0), lambda h: h.cumsum(0)),
+}
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+@pytest.mark.parametrize("rule", [lrp.rules.ZPlus(), lrp.rules.AlphaBeta(2.0, 1.0), Epsilon(0.0)],
+                         ids=["zplus", "alphabeta", "eps0"])
+def test_the_same_op_spelled_otherwise_is_explained_alike(spelling, rule):
+    """Keyword operands, NumPy numbers, integer factors and in-place forms
+    (their result dropped or not) carry their sign into ``ZPlus`` and
+    ``AlphaBeta`` as the plain spelling does, and book nothing more as
+    absorbed. Before, a keyword or an integer factor lost its sign (``ZPlus``
+    relevance down to -23 for a seed of 8), and in-place forms outside the
+    out-of-place list were replayed as copies (a negation ignored; a gate
+    booked as absorbing, a residual of half the seed, also under LRP-0)."""
+    written, plain = SPELLINGS[spelling]
+
+    def fn(x, form):
+        h = x @ A
+        out = form(h)
+        return (h if out is None else out) @ W
+    audited_alike(lambda x: fn(x, written), lambda x: fn(x, plain), rule)
+
+
+def test_an_in_place_op_without_a_replay_into_a_map_end_is_refused():
+    """``h.cumprod_(0)`` into the end of a linear map is neither a copy nor
+    arithmetic run out of place: refused, naming the op. Before, replayed on
+    each stream as if it copied values, without a word."""
+    def fn(x):
+        h = x @ A
+        h.cumprod_(0)
+        return h @ W
+    with pytest.raises(UnsupportedOpError, match="'cumprod_' .* writes in place into a tensor that a linear op"):
+        lrp0(fn, rule=Gamma(0.25))

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import math
+from numbers import Real
 import sys
 import warnings
 import threading
@@ -796,11 +797,19 @@ LINEAR_OPS: dict[str, str] = {
 # In-place ops run out of place (the caller uses the returned tensor).
 _OUT_OF_PLACE = {
     "__iadd__": torch.add, "add_": torch.add, "__isub__": torch.sub, "sub_": torch.sub,
-    "__imul__": torch.mul, "mul_": torch.mul, "__itruediv__": torch.div, "div_": torch.div,
+    "subtract_": torch.subtract, "__imul__": torch.mul, "mul_": torch.mul, "multiply_": torch.multiply,
+    "__itruediv__": torch.div, "div_": torch.div, "divide_": torch.divide, "true_divide_": torch.true_divide,
+    "neg_": torch.neg, "negative_": torch.negative, "addmm_": torch.addmm, "addmv_": torch.addmv,
+    "baddbmm_": torch.baddbmm, "addcmul_": torch.addcmul, "lerp_": torch.lerp, "cumsum_": torch.cumsum,
     "scatter_add_": torch.scatter_add, "index_add_": torch.index_add, "scatter_reduce_": torch.scatter_reduce,
 }
 # In-place copies that write their values into the first argument.
 _WRITES = frozenset("__setitem__ index_put_ index_copy_ masked_scatter_ scatter_".split())
+# In-place ops that only copy, fill or reshape: replayed on each stream of a
+# map end (RelevanceMode._written_map_end); other in-place ops into a map end
+# that do not run out of place (_OUT_OF_PLACE) are refused.
+_COPY_WRITES = _WRITES | frozenset("""masked_fill_ index_fill_ fill_ zero_ copy_ unsqueeze_ squeeze_ t_
+transpose_ swapdims_ swapaxes_""".split())
 # In-place ops the pass runs out of place (see RelevanceMode.__torch_function__).
 _IN_PLACE = frozenset(_OUT_OF_PLACE) | frozenset(n for n in _PASS if n.endswith("_"))
 # Where the written number is among the arguments after the tensor written into.
@@ -841,7 +850,8 @@ def _is_linear(name: str, kind: str, args, kwargs) -> bool:
         return sum(_carries(a) for a in operands) == 1
     if kind == "mul":
         if name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide")):
-            return kwargs.get("rounding_mode") is None and len(args) > 1 and not _carries(args[1])
+            other = args[1] if len(args) > 1 else kwargs.get("other")
+            return kwargs.get("rounding_mode") is None and other is not None and not _carries(other)
         return sum(_carries(a) for a in args[:2]) == 1
     if kind == "linear":
         return not (_carries(args[1:]) or _carries(kwargs.get("weight")) or _carries(kwargs.get("bias")))
@@ -862,8 +872,13 @@ _NEGATED_SECOND = frozenset("sub __sub__ __isub__ sub_ subtract".split())
 _SCALED_SECOND = frozenset("add __add__ __radd__ __iadd__ add_".split())
 
 
+def _is_real(value) -> bool:
+    """A plain number (Python or NumPy), not a bool."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
 def _sign(value) -> int:
-    return -1 if isinstance(value, (int, float)) and value < 0 else 1
+    return -1 if _is_real(value) and value < 0 else 1
 
 
 def _operand_signs(name: str, args, kwargs, keyed: list) -> list[int]:
@@ -878,13 +893,13 @@ def _operand_signs(name: str, args, kwargs, keyed: list) -> list[int]:
                                  "write it as a subtraction of two slices (h[1:] - h[:-1]), or use another rule "
                                  "(Epsilon, Gamma) for this module.")
     alpha = _sign(kwargs.get("alpha", 1))
-    numbers = [a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)]
-    scale = _sign(numbers[0]) if LINEAR_OPS.get(name) == "mul" and numbers else 1
+    factors = [a for a in (*args, kwargs.get("other")) if _is_real(a)]
+    scale = _sign(factors[0]) if LINEAR_OPS.get(name) == "mul" and factors else 1
     signs = []
     for _, key in keyed:
         sign = scale
         position = key[0] if isinstance(key, tuple) else key
-        if name in _NEGATED_FIRST and position == 0:
+        if name in _NEGATED_FIRST and position in (0, "input", "self"):
             sign = -alpha if name in ("rsub",) else -1
         elif name in _NEGATED_SECOND and position in (1, "other"):
             sign = -alpha
@@ -900,6 +915,7 @@ def _signed_part(f: Tensor, sign: int, divides: bool) -> Tensor:
     """The part of factor ``f`` of one sign; as a divisor, ``inf`` elsewhere
     (``x / inf = 0``)."""
     if divides:
+        f = f if f.is_floating_point() else f.to(torch.get_default_dtype())
         return torch.where(f > 0 if sign > 0 else f < 0, f, torch.full_like(f, math.inf))
     return f.clamp(min=0) if sign > 0 else f.clamp(max=0)
 
@@ -1214,7 +1230,7 @@ class RelevanceMode(TorchFunctionMode):
         """What tensor operand ``t`` (at ``key``) is in linear op ``name`` of ``kind``."""
         if kind == "copy" and not _is_data(name, key):
             return "ref"
-        if not t.is_floating_point():
+        if not t.is_floating_point() and kind != "mul":  # an integer factor of a product is a gate
             return "ref"
         if _carries(t):
             return "signal"
@@ -1766,6 +1782,8 @@ class RelevanceMode(TorchFunctionMode):
         if args and isinstance(args[0], Tensor) and _writes_in_place(func) and self._maps:
             self._check_aliases(func, args[0])
             if args[0] in self._maps:
+                if name not in _COPY_WRITES:
+                    return self._unreplayed(name, func, args, kwargs)
                 return self._written_map_end(func, args, kwargs)
         handler = HANDLERS.get(name)
         if handler is not None:
@@ -1828,6 +1846,20 @@ class RelevanceMode(TorchFunctionMode):
         end = self._register(value, rule, streams)
         origin = self._stands_for(h, end, lambda t: func(t, *a, **kw))
         return None if _op_name(func) == "__setitem__" else origin
+
+    def _unreplayed(self, name: str, func, args, kwargs):
+        """An in-place op into a map end that is neither a copy (replayed on
+        the streams) nor arithmetic the pass runs out of place: refused, as
+        the map's streams would not see it (``strict=False``: counted, and
+        run as it is)."""
+        key = f"'{name}' in {self.where()}"
+        if self.strict:
+            raise UnsupportedOpError(
+                f"{key} writes in place into a tensor that a linear op of the pass computed, and has no rule "
+                f"there: the rule would not see the write. Write it out of place (h = h.op(...) or torch.op(h, "
+                f"...)), or pass strict=False to only report it.")
+        self.unsupported[key + " (in place into a map end)"] += 1
+        return func(*args, **kwargs)
 
     def _arithmetic_in_place(self, func, name: str, args, kwargs):
         """``h.mul_(a)``, ``h += b``, ``h.index_add_(...)`` into ``h =
