@@ -1303,14 +1303,18 @@ class RelevanceMode(TorchFunctionMode):
         signs = _operand_signs(name, args, kwargs, keyed)
         factors = [i for i, r in enumerate(roles) if r in ("weight", "gate")]
         divides = name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide"))
+        # the signs each factor has (a non-negative gate, such as a degree
+        # normalisation or attention, needs no run for its negative part)
+        present = [[sign for sign in (1, -1) if bool(((f > 0) if sign > 0 else (f < 0)).any())] or [1]
+                   for f in (_value_of(keyed[i][0]) for i in factors)]
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
             for want in (1, -1):  # P', then N'
                 total = None
-                for combo in itertools.product((1, -1), repeat=len(factors)):
+                for n, combo in enumerate(itertools.product(*present)):
                     parity = math.prod(combo)
-                    first = all(c > 0 for c in combo)  # biases and constants enter once
+                    first = n == 0  # biases and constants enter once (no factor multiplies them)
                     values = []
                     for i, ((t, _), role) in enumerate(zip(keyed, roles)):
                         if role == "signal":
