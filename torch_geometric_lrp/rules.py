@@ -224,18 +224,15 @@ class Rule:
 
 
     def _signed_linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], relevance: Tensor):
-        r""":meth:`linear` of a ``signed`` rule, whose two streams start from
-        :math:`x_1, x_2` (:math:`x^+, x^-` for ``AlphaBeta``; :math:`x, 0`
-        for ``Gamma``): :math:`z_1 = x_1 W^{+\top} + x_2 W^{-\top} + b^+`,
-        :math:`z_2 = x_1 W^{-\top} + x_2 W^{+\top} + b^-`;
-        :math:`R_x = x_1 \odot (g_1 W^+ + g_2 W^-) + x_2 \odot (g_1 W^- + g_2 W^+)`."""
-        first, second = (s.input(x) for s in self.streams())
-        wp, wn = weight.clamp(min=0), weight.clamp(max=0)
+        r""":meth:`linear` of a ``signed`` rule: :math:`z^+ = x^+ W^{+\top} +
+        x^- W^{-\top} + b^+`, :math:`z^- = x^+ W^{-\top} + x^- W^{+\top} + b^-`;
+        :math:`R_x = x^+ \odot (g_+ W^+ + g_- W^-) + x^- \odot (g_+ W^- + g_- W^+)`."""
+        xp, xn, wp, wn = x.clamp(min=0), x.clamp(max=0), weight.clamp(min=0), weight.clamp(max=0)
         bp, bn = (None, None) if bias is None else (bias.clamp(min=0), bias.clamp(max=0))
-        z1 = F.linear(first, wp, bp) + F.linear(second, wn)
-        z2 = F.linear(first, wn, bn) + F.linear(second, wp)
-        (g1, g2), dropped = self.gradients(relevance, [z1, z2])
-        r = times(first, g1 @ wp + g2 @ wn).add_(times(second, g1 @ wn + g2 @ wp))
+        zp = F.linear(xp, wp, bp) + F.linear(xn, wn)
+        zn = F.linear(xp, wn, bn) + F.linear(xn, wp)
+        (gp, gn), dropped = self.gradients(relevance, [zp, zn])
+        r = times(xp, gp @ wp + gn @ wn).add_(times(xn, gp @ wn + gn @ wp))
         return r.expand_as(x) if r.shape != x.shape else r, dropped
 
 
@@ -279,18 +276,8 @@ class Gamma(Rule):
     :math:`z'_i = \sum_j a_{ij} x_j \tilde{W} + \tilde{b}` and
     :math:`R_j = x_j \odot \sum_i a_{ij} \tilde{W}^\top R_i / \mathrm{stab}(z'_i)`.
 
-    On a whole map (a ``signed`` rule, see :class:`Rule`) the boost goes to
-    the paths whose coefficient, the product of the weights, gates and signs
-    along them, is positive: :math:`z' = (1 + \gamma) z_\uparrow +
-    z_\downarrow` with :math:`z_\uparrow` (:math:`z_\downarrow`) the part of
-    :math:`z` over positive (negative) coefficients, a bias's positive part
-    counted up. With one weight per path and non-negative gates (GCN, SAGE,
-    GIN) that is :math:`W + \gamma W^+` above; a negative BatchNorm scale or
-    a subtraction after the weight then boosts what really counts positively,
-    and a path without a weight (a skip) counts as positive.
-
     Meant for maps whose inputs are non-negative (after a ReLU): on signed
-    inputs it favours positive coefficients, not positive contributions.
+    inputs it favours positive weights, not positive contributions.
     """
 
     gamma: float = 0.25
@@ -299,22 +286,17 @@ class Gamma(Rule):
     def __post_init__(self):
         _check_parameters(self, "gamma", "epsilon")
 
-    @property
-    def signed(self) -> bool:
-        return self.gamma != 0
+    def _modify(self, t: Tensor) -> Tensor:
+        return t + self.gamma * t.clamp(min=0)
 
     def streams(self):
         if self.gamma == 0:
             return _IDENTITY
-        return _COEFFICIENT_STREAMS
+        return (Stream(weight=self._modify, bias=self._modify),)
 
     def gradients(self, relevance, outputs):
-        if self.gamma == 0:
-            s, dropped = divide(relevance, outputs[0], self.epsilon)
-            return [s], dropped
-        up, down = outputs  # the paths whose coefficients multiply to + and to -
-        s, dropped = divide(relevance, (1 + self.gamma) * up + down, self.epsilon)
-        return [(1 + self.gamma) * s, s], dropped
+        s, dropped = divide(relevance, outputs[0], self.epsilon)
+        return [s], dropped
 
 
 @dataclass(frozen=True)
@@ -375,9 +357,6 @@ class AlphaBeta(Rule):
 
 #: The streams of a ``signed`` rule: the positive and the negative contributions.
 _SIGNED_STREAMS = (Stream(input=_positive), Stream(input=_negative))
-#: ``Gamma``'s: the paths whose coefficients (weights, gates, signs) multiply to
-#: ``+`` and to ``-``, from the input as it is (every path starts at ``+``).
-_COEFFICIENT_STREAMS = (Stream(), Stream(input=_zero))
 
 
 class ZPlus(AlphaBeta):
