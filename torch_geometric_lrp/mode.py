@@ -1156,9 +1156,10 @@ class RelevanceMode(TorchFunctionMode):
         constant skip gate, ``SGFormerAttention``), this call would run the
         stock one. Refused."""
         from .nn.conv import SWAPPABLE  # late: nn imports this module
-        swap = SWAPPABLE.get(type(module))
-        if swap is None or not swap.needs_own_forward(module):
+        needs = getattr(SWAPPABLE.get(type(module)), "needs_own_forward", None)
+        if needs is None or not needs(module):
             return
+        swap = SWAPPABLE[type(module)]
         key = f"{type(module).__name__} outside the model, in {self.where()}"
         if self.strict:
             raise UnsupportedOpError(

@@ -66,11 +66,6 @@ class EdgeConv(pyg_nn.EdgeConv):
 class GATConv(pyg_nn.GATConv):
     """:class:`torch_geometric.nn.GATConv`; attention coefficients are constants."""
 
-    @staticmethod
-    def needs_own_forward(module) -> bool:
-        """A pass needs only this class's attention step, not its ``forward``."""
-        return False
-
     def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, index: Tensor,
                     ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
         return super().edge_update(_constant(alpha_j), _constant(alpha_i), _constant(edge_attr),
@@ -79,11 +74,6 @@ class GATConv(pyg_nn.GATConv):
 
 class GATv2Conv(pyg_nn.GATv2Conv):
     """:class:`torch_geometric.nn.GATv2Conv`; attention coefficients are constants."""
-
-    @staticmethod
-    def needs_own_forward(module) -> bool:
-        """A pass needs only this class's attention step, not its ``forward``."""
-        return False
 
     def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: OptTensor, index: Tensor,
                     ptr: OptTensor, dim_size: Optional[int]) -> Tensor:
@@ -140,11 +130,6 @@ class TransformerConv(pyg_nn.TransformerConv):
 class GeneralConv(pyg_nn.GeneralConv):
     """:class:`torch_geometric.nn.GeneralConv`; with ``attention=True`` the
     coefficients are constants."""
-
-    @staticmethod
-    def needs_own_forward(module) -> bool:
-        """A pass needs only this class's attention step, not its ``forward``."""
-        return False
 
     def message(self, x_i: Tensor, x_j: Tensor, edge_index_i: Tensor, size_i: Tensor,
                 edge_attr: Tensor) -> Tensor:
@@ -230,11 +215,12 @@ for _cls in (GCNConv, GraphConv, SAGEConv, GINConv, GINEConv, ChebConv, SGConv, 
     _inherit_call_types(_cls)
 
 #: PyG layers whose attention must be a constant inside a relevance pass ->
-#: their relevance version. ``relevance_pass`` gives a layer of these types this class for
-#: the duration of the pass (and back on exit); outside a pass it computes
-#: exactly what the PyG layer computes. PyG has no public hook at the one
-#: step where these layers turn inputs into attention (inside
-#: ``edge_update`` or ``message``), hence the subclass.
+#: their relevance version. ``relevance_pass`` gives a layer of these types
+#: this class for the duration of the pass (and back on exit); outside a pass
+#: it computes exactly what the PyG layer computes. PyG has no public hook at
+#: the one step where these layers turn inputs into attention (inside
+#: ``edge_update`` or ``message``), hence the subclass. A class whose pass
+#: needs its own ``forward`` says so with ``needs_own_forward(module)``.
 SWAPPABLE: dict[type, type] = {pyg_nn.GATConv: GATConv, pyg_nn.GATv2Conv: GATv2Conv,
                                pyg_nn.TransformerConv: TransformerConv, pyg_nn.GeneralConv: GeneralConv,
                                pyg_nn.SGFormerAttention: SGFormerAttention}
