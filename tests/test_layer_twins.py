@@ -290,10 +290,10 @@ class FamilyTests:
     NOT_CONSERVED: dict = {}  # (config, rule) -> why that rule loses relevance on this map
     #: Why paths of both signs meet in this family's map (a subtraction, a
     #: signed gate, two weights in a row), so that the twin's streams for
-    #: AlphaBeta and ZPlus (one weight per path, no sign in the structure) do
-    #: not describe the path contributions the library splits: checked by
-    #: test_signed_rules_keep_the_signs instead (and, for EdgeConv and the
-    #: linear chain, against their paths written out). By config.
+    #: AlphaBeta, ZPlus and Gamma (one weight per path, no sign in the
+    #: structure) do not describe the paths the library splits by sign:
+    #: checked by test_signed_rules_keep_the_signs instead (and, for EdgeConv
+    #: and the linear chain, against their paths written out). By config.
     PATHS_OF_BOTH_SIGNS: dict = {}
 
     def setup_of(self, config) -> Setup:
@@ -376,7 +376,7 @@ class FamilyTests:
     def test_signed_rules_keep_the_signs(self, config):
         """ZPlus on the bias-free layer with a positive seed: no input gets
         negative relevance, and what no output drops reaches the inputs; AlphaBeta
-        conserves. Before, a subtraction or a negative gate in the map
+        and Gamma conserve. Before, a subtraction or a negative gate in the map
         turned the positive stream's terms negative (EdgeConv: an input at
         -1.6 for a score of 0.4)."""
         lrp = importlib.import_module("torch_geometric_lrp")
@@ -384,13 +384,14 @@ class FamilyTests:
         setup.stock = zero_biases(setup.stock)
         out = setup.call_with(setup.stock, setup.inputs).detach()
         positive = seed_relevance(out, 7).abs()
-        for rule, seed in ((T.AlphaBeta(1.0, 0.0, 0.0), positive), (T.AlphaBeta(2.0, 1.0, 0.0), seed_relevance(out, 8))):
+        for rule, seed in ((T.AlphaBeta(1.0, 0.0, 0.0), positive), (T.AlphaBeta(2.0, 1.0, 0.0), seed_relevance(out, 8)),
+                           (T.Gamma(0.5, 0.0), seed_relevance(out, 9))):
             with lrp.RelevanceAudit() as audit:
                 _, rel, _, _ = run_lrp(setup, rule, setup.inputs, seed)
             scale = float(seed.abs().sum())
             total = sum(float(r.sum()) for r in rel)
             assert total + audit.lost == pytest.approx(float(seed.sum()), rel=1e-9, abs=1e-12 * scale)
-            if rule.beta == 0:
+            if isinstance(rule, T.AlphaBeta) and rule.beta == 0:
                 assert min(float(r.min()) for r in rel) >= -1e-12 * scale
 
     def test_lrp0_is_gradient_x_input(self, config):
@@ -412,7 +413,7 @@ class FamilyTests:
     @pytest.mark.parametrize("device", DEVICES)
     @pytest.mark.parametrize("rule", list(RULES), ids=list(RULES))
     def test_lrp_matches_twin(self, config, rule, device):
-        if isinstance(RULES[rule], T.AlphaBeta) and config in self.PATHS_OF_BOTH_SIGNS:
+        if isinstance(RULES[rule], (T.AlphaBeta, T.Gamma)) and config in self.PATHS_OF_BOTH_SIGNS:
             pytest.skip(self.PATHS_OF_BOTH_SIGNS[config])
         setup = self.setup_of(config)
         rule = RULES[rule]
@@ -679,7 +680,21 @@ def path_relevance(rule: T.AlphaBeta, c: torch.Tensor, k: torch.Tensor, relevanc
     return c.clamp(min=0) * gp.unsqueeze(-1) + c.clamp(max=0) * gn.unsqueeze(-1)
 
 
-@pytest.mark.parametrize("rule", ["alphabeta", "zplus"])
+def gamma_path_relevance(rule: T.Gamma, c: torch.Tensor, coefficient: torch.Tensor, k: torch.Tensor,
+                         relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""``Gamma`` on a map from its paths: a path whose coefficient (the
+    product of the weights, gates and signs along it) is positive counts
+    :math:`1 + \gamma` times, a constant term likewise by its own sign;
+    :math:`R_p = c_p w_p R / \mathrm{stab}(z')` with
+    :math:`z' = \sum_p c_p w_p + \sum_k k w_k`. Returns the relevance of each
+    path and of each constant term."""
+    wc = 1 + rule.gamma * (coefficient > 0).to(c.dtype)
+    wk = 1 + rule.gamma * (k > 0).to(k.dtype)
+    share = T.ratio(relevance, (c * wc).sum(-1) + (k * wk).sum(-1), rule.epsilon).unsqueeze(-1)
+    return c * wc * share, k * wk * share
+
+
+@pytest.mark.parametrize("rule", ["alphabeta", "zplus", "gamma"])
 def test_edge_conv_paths_of_both_signs(rule):
     r"""EdgeConv, :math:`z_i = \sum_{j \to i} W_a x_i + W_b (x_j - x_i) + b`:
     :math:`x_i` reaches :math:`z_i` through :math:`W_a` and through
@@ -701,13 +716,18 @@ def test_edge_conv_paths_of_both_signs(rule):
                 paths[i][o] += [(i, f, e, wa[o, f]), (j, f, e, wb[o, f]), (i, f, e, -wb[o, f])]
     width, consts = max(len(p) for row in paths for p in row), max(1, max(sum(1 for d in edges if d[1] == i) for i in range(N)))
     c, k = torch.zeros(N, F_OUT, width, dtype=DTYPE), torch.zeros(N, F_OUT, consts, dtype=DTYPE)
+    coefficients = torch.zeros_like(c)
     for i in range(N):
         for o in range(F_OUT):
             for p, (node, f, _, coefficient) in enumerate(paths[i][o]):
                 c[i, o, p] = x[node, f] * coefficient
+                coefficients[i, o, p] = coefficient
             for q, e in enumerate(e for e, (_, d) in enumerate(edges) if d == i):
                 k[i, o, q] = b[o]
-    per_path = path_relevance(rule, c, k, relevance)
+    if isinstance(rule, T.Gamma):
+        per_path, per_constant = gamma_path_relevance(rule, c, coefficients, k, relevance)
+    else:
+        per_path = path_relevance(rule, c, k, relevance)
     node, edge = torch.zeros_like(x), torch.zeros(len(edges), dtype=DTYPE)
     for i in range(N):
         for o in range(F_OUT):
@@ -717,17 +737,21 @@ def test_edge_conv_paths_of_both_signs(rule):
     _, (got,), got_edge, _ = run_lrp(setup, rule, setup.inputs, relevance)
     assert_relevance(got, node, "node relevance")
     # the library's edge relevance is its messages' relevance, their bias share included
-    kp, kn = k.clamp(min=0), k.clamp(max=0)
-    zp = c.clamp(min=0).sum(-1) + kp.sum(-1)
-    zn = c.clamp(max=0).sum(-1) + kn.sum(-1)
-    gp, _, _, gn, _, _ = T.stream_gradients(rule, relevance, [zp, 0 * zp, 0 * zp, zn, 0 * zn, 0 * zn])
+    if isinstance(rule, T.Gamma):
+        constant_relevance = per_constant
+    else:
+        kp, kn = k.clamp(min=0), k.clamp(max=0)
+        zp = c.clamp(min=0).sum(-1) + kp.sum(-1)
+        zn = c.clamp(max=0).sum(-1) + kn.sum(-1)
+        gp, _, _, gn, _, _ = T.stream_gradients(rule, relevance, [zp, 0 * zp, 0 * zp, zn, 0 * zn, 0 * zn])
+        constant_relevance = kp * gp.unsqueeze(-1) + kn * gn.unsqueeze(-1)
     for i in range(N):
         for q, e in enumerate(e for e, (_, d) in enumerate(edges) if d == i):
-            edge[e] += float((kp[i, :, q] * gp[i] + kn[i, :, q] * gn[i]).sum())
+            edge[e] += float(constant_relevance[i, :, q].sum())
     assert_relevance(got_edge, edge, "edge relevance")
 
 
-@pytest.mark.parametrize("rule", ["alphabeta", "zplus"])
+@pytest.mark.parametrize("rule", ["alphabeta", "zplus", "gamma"])
 def test_linear_chain_paths_of_both_signs(rule):
     r"""Two ``Linear`` in a row: input :math:`f` reaches output :math:`o`
     through every hidden unit :math:`h`, with contribution
@@ -740,9 +764,13 @@ def test_linear_chain_paths_of_both_signs(rule):
     w1, b1, w2, b2 = (t.detach() for t in (first.weight, first.bias, second.weight, second.bias))
     out = setup.call_with(setup.stock, setup.inputs).detach()
     relevance = seed_relevance(out, 10)
-    c = x[:, None, :, None] * w1.t()[None, None] * w2[None, :, None, :]  # [N, out, f, h]
-    c = c.reshape(N, F_OUT, -1)
+    coefficients = (w1.t()[None] * w2[:, None, :]).reshape(1, F_OUT, -1).expand(N, -1, -1)  # [N, out, f * h]
+    c = x.repeat_interleave(w1.shape[0], dim=1)[:, None, :] * coefficients
     k = torch.cat([(b1[None] * w2)[None].expand(N, -1, -1), b2[None, :, None].expand(N, -1, 1)], -1)
-    per_path = path_relevance(rule, c, k, relevance).reshape(N, F_OUT, F_IN, -1)
+    if isinstance(rule, T.Gamma):
+        per_path = gamma_path_relevance(rule, c, coefficients, k, relevance)[0]
+    else:
+        per_path = path_relevance(rule, c, k, relevance)
+    per_path = per_path.reshape(N, F_OUT, F_IN, -1)
     _, (got,), _, _ = run_lrp(setup, rule, setup.inputs, relevance)
     assert_relevance(got, per_path.sum(dim=(1, 3)), "input relevance")

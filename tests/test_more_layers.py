@@ -128,16 +128,20 @@ def test_sgformer_attention_against_its_twin(rule_name, heads, qkv_bias):
         explained = layer(watched)
         (got,) = mode.backward(explained, relevance, [watched])
     torch.testing.assert_close(explained.detach(), out, rtol=1e-10, atol=1e-12)
-    if isinstance(rule, T.AlphaBeta):
+    if isinstance(rule, (T.AlphaBeta, T.Gamma)):
         # the attention weights (normalised dot products) carry signs, so paths of
         # both signs meet: the twin's one-weight-per-path streams do not apply
-        # (test_layer_twins.FamilyTests.test_signed_rules_keep_the_signs); with
-        # a positive seed ZPlus gives no input negative relevance
-        if rule.beta == 0:
-            with lrp.relevance_pass(layer, rules=lrp_rule(rule)) as mode:
-                watched = mode.watch(x)
-                (positive,) = mode.backward(layer(watched), relevance.abs(), [watched])
-            assert float(positive.min()) >= -1e-12 * float(relevance.abs().sum())
+        # (test_layer_twins.FamilyTests.test_signed_rules_keep_the_signs). The
+        # relevance adds up; with a positive seed ZPlus gives no input negative
+        # relevance
+        seed = relevance.abs() if isinstance(rule, T.AlphaBeta) and rule.beta == 0 else relevance
+        with lrp.relevance_pass(layer, rules=lrp_rule(rule)) as mode:
+            watched = mode.watch(x)
+            with lrp.RelevanceAudit() as audit:
+                (signed,) = mode.backward(layer(watched), seed, [watched])
+        assert float(signed.sum()) + audit.absorbed + audit.lost == pytest.approx(float(seed.sum()), rel=1e-6)
+        if seed is not relevance:
+            assert float(signed.min()) >= -1e-12 * float(seed.sum())
         return
     expected = T.single_map(twin, (x[0],), rule, relevance[0]).inputs[0]
     assert_relevance(got[0], expected, f"SGFormerAttention / {rule_name}")

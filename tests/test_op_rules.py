@@ -1129,12 +1129,14 @@ def test_zplus_counts_negative_coefficients_with_their_sign(case):
     assert float(got.min()) >= -1e-12
 
 
-def test_diff_is_refused_under_a_sign_splitting_rule():
-    """``diff`` mixes signs inside one operand, which ``ZPlus`` and
-    ``AlphaBeta`` cannot keep apart: refused, naming what to write instead;
-    under ``Epsilon`` it is a linear op of the map."""
+@pytest.mark.parametrize("rule", [lrp.rules.ZPlus(), lrp.rules.AlphaBeta(), lrp.rules.Gamma(0.5)],
+                         ids=["zplus", "alphabeta", "gamma"])
+def test_diff_is_refused_under_a_sign_splitting_rule(rule):
+    """``diff`` mixes signs inside one operand, which ``ZPlus``,
+    ``AlphaBeta`` and ``Gamma`` cannot keep apart: refused, naming what to
+    write instead; under ``Epsilon`` it is a linear op of the map."""
     with pytest.raises(UnsupportedOpError, match=r"'diff' .*h\[1:\] - h\[:-1\]"):
-        lrp0(lambda x: torch.diff(x @ A, dim=0), rule=lrp.rules.ZPlus())
+        lrp0(lambda x: torch.diff(x @ A, dim=0), rule=rule)
     torch.testing.assert_close(lrp0(lambda x: torch.diff(x @ A, dim=0)),
                                lrp0(lambda x: (x @ A)[1:] - (x @ A)[:-1]))
 
@@ -1190,3 +1192,31 @@ def test_an_in_place_op_without_a_replay_into_a_map_end_is_refused():
         return h @ W
     with pytest.raises(UnsupportedOpError, match="'cumprod_' .* writes in place into a tensor that a linear op"):
         lrp0(fn, rule=Gamma(0.25))
+
+
+@pytest.mark.parametrize("case", list(SIGN_FLIPS))
+def test_gamma_boosts_the_positive_coefficients_of_the_whole_map(case):
+    """``Gamma`` on a map with a negation, a subtraction, a negative number,
+    a signed gate or a BatchNorm with negative scales equals ``Gamma`` on the
+    same map with the coefficient folded into the weight,
+    :math:`\\tilde W = W + \\gamma W^+`, :math:`\\tilde b = b + \\gamma b^+`:
+    it favours the contributions of positive coefficients. Before, the gate's
+    sign came after ``W + gamma W+`` and turned the boost onto the negative
+    ones."""
+    if case == "batch norm, negative scale":
+        norm = torch.nn.BatchNorm1d(HID).double().eval()
+        with torch.no_grad():
+            norm.weight.copy_(torch.tensor([-1.5, 0.7, -0.3, 1.2]))
+            norm.bias.copy_(torch.tensor([0.2, -0.1, 0.4, 0.0]))
+            norm.running_mean.copy_(torch.tensor([0.3, -0.2, 0.1, 0.5]))
+            norm.running_var.copy_(torch.tensor([2.0, 0.5, 1.0, 1.5]))
+        scale = norm.weight.detach() / torch.sqrt(norm.running_var + norm.eps)
+        fn, (weight, bias) = (lambda x: norm(x @ A)), (A * scale, norm.bias.detach() - norm.running_mean * scale)
+    else:
+        fn, folded = SIGN_FLIPS[case]
+        weight, bias = folded()
+    gamma = 0.5
+    w, b = weight + gamma * weight.clamp(min=0), bias + gamma * bias.clamp(min=0)
+    seed = fn(X).detach()
+    want = X * ((seed / (X @ w + b)) @ w.T)
+    torch.testing.assert_close(lrp0(fn, rule=Gamma(gamma, epsilon=0.0)), want)

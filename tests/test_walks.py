@@ -162,6 +162,33 @@ def test_walks_split_first_order_relevance(kind, rule):
     assert bool((w.relevance.abs()[:-1] >= w.relevance.abs()[1:]).all())  # largest first
 
 
+class WithPropagation(torch.nn.Module):
+    """GraphConv -> ReLU -> LGConv (no weight) -> ReLU -> GraphConv."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import LGConv
+        self.first, self.middle, self.last = GraphConv(3, 4), LGConv(), GraphConv(4, 3)
+
+    def forward(self, x, edge_index):
+        x = self.first(x, edge_index).relu()
+        return self.last(self.middle(x, edge_index).relu(), edge_index)
+
+
+@pytest.mark.parametrize("rule", [Gamma(0.25), Epsilon(1e-3)])
+def test_walks_through_a_layer_without_weights_split_first_order_relevance(rule):
+    """Under ``Gamma`` every path of a layer without weights (``LGConv``) has
+    a positive coefficient, so its two streams are one tensor: the walks
+    read its relevance once, not once per stream."""
+    x, ei = graph(7, 0.35, seed=4)
+    torch.manual_seed(4)
+    model = WithPropagation().double().eval()
+    w = lrp.walks(model, x, ei, 1, rules=rule)
+    explanation = lrp.explain(model, x, ei, index=1, rules=rule, subgraph=False)
+    per_start = torch.zeros(7, dtype=torch.float64).index_add_(0, w.walks[:, 0], w.relevance)
+    torch.testing.assert_close(per_start, explanation.node_mask.sum(dim=-1), rtol=1e-9, atol=1e-10)
+
+
 def test_walks_follow_edges_and_self_steps():
     x, ei = graph(9, 0.25, seed=4, directed=True)
     model = model_of("GCN", seed=4, channels=(3, 4, 4, 3))

@@ -65,8 +65,11 @@ class Epsilon:
 
 @dataclass(frozen=True)
 class Gamma:
-    """One stream on ``x``; ``W -> W + gamma W+``, ``b -> b + gamma b+``;
-    ``g = R / stab(z')``."""
+    """Two streams on ``x``: ``W -> W + gamma W+``, ``b -> b + gamma b+``,
+    and all weights and biases 0 (the paths without a weight, whose
+    coefficient is positive, boosted by ``gamma`` too);
+    ``z' = z_1 + gamma z_2``, ``g = (1, gamma) R / stab(z')``. For a map
+    whose paths carry at most one weight and no negative gate or sign."""
 
     gamma: float = 0.25
     epsilon: float = 1e-6
@@ -135,7 +138,9 @@ def streams(rule: Rule, xs: tuple, weights: Params, biases: Params) -> list[tupl
     if isinstance(rule, Gamma):
         def mod(t):
             return t + rule.gamma * t.clamp(min=0)
-        return [(xs, {n: mod(t) for n, t in {**weights, **biases}.items()})]
+        # the paths without a weight have a positive coefficient: boosted too
+        zero = {n: torch.zeros_like(t) for n, t in {**weights, **biases}.items()}
+        return [(xs, {n: mod(t) for n, t in {**weights, **biases}.items()}), (xs, zero)]
     if isinstance(rule, AlphaBeta):
         xp = tuple(x.clamp(min=0) for x in xs)
         xn = tuple(x.clamp(max=0) for x in xs)
@@ -168,9 +173,12 @@ def streams(rule: Rule, xs: tuple, weights: Params, biases: Params) -> list[tupl
 
 def stream_gradients(rule: Rule, relevance: Tensor, zs: list[Tensor]) -> list[Tensor]:
     """The gradient ``g_k`` of each stream, from the output relevance."""
-    if isinstance(rule, (Epsilon, Gamma)):
+    if isinstance(rule, Epsilon):
         (z,) = zs
         return [ratio(relevance, z, rule.epsilon)]
+    if isinstance(rule, Gamma):
+        s = ratio(relevance, zs[0] + rule.gamma * zs[1], rule.epsilon)
+        return [s, rule.gamma * s]
     if isinstance(rule, (Flat, WSquare)):
         (z,) = zs
         return [ratio(relevance, z, 0.0)]

@@ -121,6 +121,8 @@ class _Close(Function):
     @staticmethod
     def forward(ctx, value, rule, *outputs):
         ctx.rule = rule
+        # two streams that are one tensor (Gamma where every path counts up): booked once
+        ctx.shared = len(outputs) == 2 and outputs[0] is outputs[1]
         ctx.save_for_backward(*outputs)
         ctx.copies = None  # set by unshare
         return value.detach()
@@ -131,7 +133,8 @@ class _Close(Function):
         grads, dropped = ctx.rule.gradients(relevance, outputs)
         if audit.is_active():
             lost = audit.lost_of(relevance, dropped)
-            passed = sum(_booked(z, g) for z, g in zip(outputs, grads))
+            passed = _booked(outputs[0], grads[0] + grads[1]) if ctx.shared else \
+                sum(_booked(z, g) for z, g in zip(outputs, grads))
             audit.record("stabilizer", relevance, dropped, [passed], lost=lost)
         return (None, None, *grads)
 

@@ -870,6 +870,7 @@ def _is_linear(name: str, kind: str, args, kwargs) -> bool:
 _NEGATED_FIRST = frozenset("neg __neg__ negative rsub __rsub__".split())
 _NEGATED_SECOND = frozenset("sub __sub__ __isub__ sub_ subtract".split())
 _SCALED_SECOND = frozenset("add __add__ __radd__ __iadd__ add_".split())
+_SIGNED_NAMES = _NEGATED_FIRST | _NEGATED_SECOND | _SCALED_SECOND | {"diff", "index_add", "index_add_"}
 
 
 def _is_real(value) -> bool:
@@ -889,9 +890,11 @@ def _operand_signs(name: str, args, kwargs, keyed: list) -> list[int]:
     (``diff``) has no such split: refused under a sign-splitting rule."""
     if name == "diff":
         raise UnsupportedOpError("'diff' subtracts neighbouring entries of one tensor, so the positive and "
-                                 "negative contributions that AlphaBeta and ZPlus keep apart mix inside it; "
-                                 "write it as a subtraction of two slices (h[1:] - h[:-1]), or use another rule "
-                                 "(Epsilon, Gamma) for this module.")
+                                 "negative signs that AlphaBeta, ZPlus and Gamma keep apart mix inside it; "
+                                 "write it as a subtraction of two slices (h[1:] - h[:-1]), or use Epsilon for "
+                                 "this module.")
+    if name not in _SIGNED_NAMES and LINEAR_OPS.get(name) != "mul":
+        return [1] * len(keyed)  # no operand negated or scaled by a number
     alpha = _sign(kwargs.get("alpha", 1))
     factors = [a for a in (*args, kwargs.get("other")) if _is_real(a)]
     scale = _sign(factors[0]) if LINEAR_OPS.get(name) == "mul" and factors else 1
@@ -987,6 +990,13 @@ def _detached(out):
         items = [t.detach() if isinstance(t, Tensor) and t.requires_grad else t for t in out]
         return type(out)(items) if type(out) in (tuple, list) else type(out)(tuple(items))
     return out
+
+
+def _distinct(outputs) -> tuple:
+    """The stream outputs of a map, each tensor once (where every path of a
+    ``Gamma`` map counts up, its two streams are one tensor, whose gradient
+    is already the sum of both)."""
+    return tuple({id(o): o for o in outputs}.values())
 
 
 def _value_of(t: Tensor) -> Tensor:
@@ -1106,6 +1116,7 @@ class RelevanceMode(TorchFunctionMode):
         self._origins = _ByIdentity()  # a written map's new end -> the user's tensor it stands for
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
         self._nonzero: dict = {}  # (id(parameter), modifier) -> whether that has a non-zero entry
+        self._factor_signs: dict = {}  # id(parameter) -> the signs of its entries (signed rules)
         # weights made of parameters in the forward (RGCNConv's weight[i], a basis
         # decomposition comp @ W): the rules modify them like the parameters
         self._weights = _ByIdentity()
@@ -1196,7 +1207,7 @@ class RelevanceMode(TorchFunctionMode):
         gradients ``g_k`` make its relevance :math:`\\sum_k t_k \\odot g_k`;
         ``(t,)`` where ``t`` ends no map (its gradient is its relevance)."""
         entry = self._maps.get(t)
-        return (t,) if entry is None else tuple(entry[1])
+        return (t,) if entry is None else _distinct(entry[1])
 
     def relevance_hook(self, t: Tensor, fn: Callable[[Tensor], None]) -> None:
         """Call ``fn(relevance)`` with the relevance of ``t`` during the
@@ -1209,7 +1220,7 @@ class RelevanceMode(TorchFunctionMode):
             if entry is None:
                 t.register_hook(lambda grad: fn(grad))
                 return
-            for output in entry[1]:
+            for output in _distinct(entry[1]):
                 value = output.detach()
                 output.register_hook(lambda grad, value=value: fn(times(value, grad)))
         finally:
@@ -1263,7 +1274,8 @@ class RelevanceMode(TorchFunctionMode):
             # a number added to a signal is a constant term: as a tensor, what it absorbs is measured
             args = (args[0], torch.tensor(args[1], dtype=args[0].dtype, device=args[0].device), *args[2:])
         # the tensor operands and their roles, in order (found once, used per stream)
-        operands = [(t, self._role(name, kind, t, key)) for t, key in _tensors_of(args, kwargs)]
+        keyed = _tensors_of(args, kwargs)
+        operands = [(t, self._role(name, kind, t, key)) for t, key in keyed]
         if not any(r == "signal" for _, r in operands):
             # relevance only in a shape or dtype reference (expand_as, type_as)
             a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
@@ -1275,7 +1287,7 @@ class RelevanceMode(TorchFunctionMode):
             # so that what the constant absorbs is measured.)
             return NotImplemented
         if rule.signed:
-            return self._signed_op(name, fn, rule, args, kwargs, [r for _, r in operands])
+            return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands])
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
@@ -1289,51 +1301,40 @@ class RelevanceMode(TorchFunctionMode):
             value = fn(*a, **kw)
         return self._register(value, rule, outputs)
 
-    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, roles: list):
-        r"""Linear op ``name`` under a ``signed`` rule (``AlphaBeta``,
-        ``ZPlus``): its streams carry the positive and the negative
-        contributions :math:`(P, N)` of the map's paths, kept apart here. With
-        factors :math:`f` (weights, gates) each combination of their signs
-        runs once per stream: the parts whose signs (of the stream, the
-        factors and the op's own sign for that operand, see
-        :func:`_operand_signs`) multiply to ``+`` make :math:`P'`, the others
-        :math:`N'`; a bias or constant adds its ``+`` part to :math:`P'` and
-        its ``-`` part to :math:`N'` (its sign in the op taken into account).
-        ``roles``: those of the tensor operands, as :meth:`_linear_op` found them."""
-        keyed = _tensors_of(args, kwargs)
-        signs = _operand_signs(name, args, kwargs, keyed)
-        factors = [i for i, r in enumerate(roles) if r in ("weight", "gate")]
-        divides = name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide"))
-        # the signs each factor has (a non-negative gate, such as a degree
-        # normalisation or attention, needs no run for its negative part)
-        present = [[sign for sign in (1, -1) if bool(((f > 0) if sign > 0 else (f < 0)).any())] or [1]
-                   for f in (_value_of(keyed[i][0]) for i in factors)]
-        streams = rule.streams()
-        outputs = []
+    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list):
+        r"""Linear op ``name`` under a ``signed`` rule (see
+        :class:`~torch_geometric_lrp.rules.Rule`), whose two streams split the
+        map's paths by sign. With factors :math:`f` (weights, gates) each
+        combination of their signs runs once: the parts whose signs (of the
+        stream, the factors and the op's own sign for that operand, see
+        :func:`_operand_signs`) multiply to ``+`` count up, the others down;
+        a bias or constant counts by its own sign. ``(P, N)`` pairs
+        (``AlphaBeta``, ``ZPlus``) run that for :math:`P'` and for
+        :math:`N'`, and the op once more for its value; ``(z, z_up)`` pairs
+        (``Gamma``) run the op on :math:`z` (its value) and the count up on
+        :math:`z_\uparrow` and :math:`z - z_\uparrow`. ``keyed`` and
+        ``roles``: the tensor operands (:func:`_tensors_of`) and their roles,
+        as :meth:`_linear_op` found them."""
+        op = _SignedOp(self, name, fn, rule, args, kwargs, keyed, roles)
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
-            for want in (1, -1):  # P', then N'
-                total = None
-                for n, combo in enumerate(itertools.product(*present)):
-                    parity = math.prod(combo)
-                    first = n == 0  # biases and constants enter once (no factor multiplies them)
-                    values = []
-                    for i, ((t, _), role) in enumerate(zip(keyed, roles)):
-                        if role == "signal":
-                            k = 0 if want * parity * signs[i] > 0 else 1
-                            values.append(self._stream_input(t, rule, k, streams[k]))
-                        elif role in ("weight", "gate"):
-                            values.append(_signed_part(_value_of(t), combo[factors.index(i)], divides))
-                        elif role in ("bias", "input"):
-                            part = (_positive if want * signs[i] > 0 else _negative) if first else _zero
-                            values.append(self._constant(t, part, "bias" if role == "bias" else "constant"))
-                        else:  # a reference (indices, shapes)
-                            values.append(_value_of(t))
-                    a, kw = _filled(args, kwargs, values)
-                    out = fn(*a, **kw)
-                    total = out if total is None else total + out
-                outputs.append(total)
-        a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in keyed])
-        return self._register(fn(*a, **kw), rule, outputs)
+            if rule.value_stream:
+                value, up = op.value()
+                return self._register(value, rule, [value, value if up else op.count(1)])
+            outputs = [op.count(1), op.count(-1)]
+        return self._register(op.plain(), rule, outputs)
+
+    def _signs_of(self, f: Tensor) -> list:
+        """The signs (``1``, ``-1``) that the entries of factor or constant
+        ``f`` have (none for all zeros); for a parameter found once per pass."""
+        key = id(f) if _is_parameter(f) else None
+        found = self._factor_signs.get(key) if key is not None else None
+        if found is None:
+            v = _value_of(f)
+            low, high = torch.stack(torch.aminmax(v)).tolist() if v.numel() else (0, 0)
+            found = [1] * (high > 0) + [-1] * (low < 0)
+            if key is not None:
+                self._factor_signs[key] = found
+        return found
 
     def _is_weight(self, name: str, args) -> bool:
         """Whether ``name(*args)`` makes a weight: a copy (``W[i]``,
@@ -1841,7 +1842,10 @@ class RelevanceMode(TorchFunctionMode):
         streams = []
         with torch.enable_grad():
             for k, stream in enumerate(rule.streams()):
-                a, kw = _filled(numbers, kwargs, [self._stream_arg(t, r, rule, k, stream) for t, r in operands])
+                # a signed rule's stream takes a constant by its sign (Stream.bias), not as an input
+                a, kw = _filled(numbers, kwargs, [self._constant(t, stream.bias, "constant")
+                                                  if rule.signed and r == "input" else
+                                                  self._stream_arg(t, r, rule, k, stream) for t, r in operands])
                 copy = sources[k].clone()
                 func(copy, *a, **kw)
                 streams.append(copy)
@@ -1963,6 +1967,114 @@ _COPY_NODES = frozenset([f"torch::autograd::{name}" for name in ("AccumulateGrad
     Unbind ToCopy MaskedFill IndexFill Flip Roll ConstantPadNd ReflectionPad1D ReflectionPad2D ReflectionPad3D
     ReplicationPad1D ReplicationPad2D ReplicationPad3D Where Sort Topk IndexPut IndexCopy Values Scatter MaskedScatter
     SparseCooTensorWithDimsAndTensors""".split()])
+
+
+class _SignedOp:
+    """One linear op under a ``signed`` rule (:meth:`RelevanceMode._signed_op`):
+    its operands, their roles and signs, and the runs that split it."""
+
+    def __init__(self, mode: "RelevanceMode", name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list,
+                 roles: list):
+        self.mode, self.fn, self.rule, self.args, self.kwargs, self.roles = mode, fn, rule, args, kwargs, roles
+        self.keyed = keyed
+        self.signs = _operand_signs(name, args, kwargs, self.keyed)
+        self.factors = [i for i, r in enumerate(roles) if r in ("weight", "gate")]
+        self.divides = name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide"))
+        # the signs each factor has (a non-negative gate, such as a degree
+        # normalisation or attention, needs no run for its negative part)
+        self.present = [mode._signs_of(self.keyed[i][0]) or [1] for i in self.factors]
+        self.streams = rule.streams()
+        self.signals = [i for i, r in enumerate(roles) if r == "signal"]
+        self.opened: dict = {}  # (operand, stream) -> its stream input, found once per op
+        self.down: dict = {}  # operand -> z - z_up (value_stream rules)
+
+    def stream(self, i: int, k: int) -> Tensor:
+        """Stream ``k`` of signal operand ``i``. Where a ``value_stream``
+        rule opens both streams alike, they are one tensor (z_up = z)."""
+        found = self.opened.get((i, k))
+        if found is None:
+            t, rule = self.keyed[i][0], self.rule
+            entry = self.mode._maps.get(t)
+            if k == 1 and rule.value_stream and self.streams[1].input is self.streams[0].input and \
+                    not (entry is not None and entry[0] == rule):
+                found = self.stream(i, 0)
+            else:
+                found = self.mode._stream_input(t, rule, k, self.streams[k])
+            self.opened[i, k] = found
+        return found
+
+    def counted(self, i: int, up: bool) -> Tensor:
+        """Signal ``i``'s part that counts up (``up``) or down."""
+        if not self.rule.value_stream:
+            return self.stream(i, 0 if up else 1)
+        if up:
+            return self.stream(i, 1)
+        if i not in self.down:
+            self.down[i] = self.stream(i, 0) - self.stream(i, 1)
+        return self.down[i]
+
+    def _label(self, role: str) -> str:
+        return "bias" if role == "bias" else "constant"
+
+    def value(self) -> tuple[Tensor, bool]:
+        """The op on the map itself (a ``value_stream`` rule's first stream),
+        and whether every path and constant term of it counts up (then the
+        second stream is the same tensor)."""
+        mode, signs = self.mode, self.signs
+        up = all(len(p) == 1 and p[0] == 1 for p in self.present)
+        values = []
+        for i, ((t, _), role) in enumerate(zip(self.keyed, self.roles)):
+            if role == "signal":
+                values.append(self.stream(i, 0))
+                up = up and signs[i] > 0 and self.stream(i, 0) is self.stream(i, 1)
+            elif role in ("bias", "input"):
+                values.append(mode._constant(t, _same_input, self._label(role)))
+                up = up and set(mode._signs_of(t)) <= {signs[i]}
+            else:
+                values.append(_value_of(t))
+        a, kw = _filled(self.args, self.kwargs, values)
+        return self.fn(*a, **kw), up
+
+    def count(self, want: int) -> Tensor:
+        """The paths that count ``want`` (+1: up, -1: down), summed over the
+        combinations of the factors' signs."""
+        mode, signs, roles, factors = self.mode, self.signs, self.roles, self.factors
+        # where the one signal's part down is 0 (z_up = z), the runs that read it give 0
+        skip = self.rule.value_stream and len(self.signals) == 1 and \
+            self.stream(self.signals[0], 0) is self.stream(self.signals[0], 1)
+        total = None
+        for n, combo in enumerate(itertools.product(*self.present)):
+            parity = math.prod(combo)
+            if skip and n and want * parity * signs[self.signals[0]] < 0:
+                continue
+            values = []
+            for i, ((t, _), role) in enumerate(zip(self.keyed, roles)):
+                if role == "signal":
+                    values.append(self.counted(i, want * parity * signs[i] > 0))
+                elif role in ("weight", "gate"):
+                    k = factors.index(i)
+                    sign = combo[k]
+                    if self.divides:
+                        values.append(_signed_part(_value_of(t), sign, True))
+                    elif len(self.present[k]) == 1:  # one-signed (or 0): its part of that sign is itself
+                        values.append(_value_of(t))
+                    else:
+                        values.append(mode._modified(t, _positive if sign > 0 else _negative)
+                                      if _is_parameter(t) else _signed_part(_value_of(t), sign, False))
+                elif role in ("bias", "input"):  # enters once: no factor multiplies it
+                    part = (_positive if want * signs[i] > 0 else _negative) if n == 0 else _zero
+                    values.append(mode._constant(t, part, self._label(role)))
+                else:  # a reference (indices, shapes)
+                    values.append(_value_of(t))
+            a, kw = _filled(self.args, self.kwargs, values)
+            out = self.fn(*a, **kw)
+            total = out if total is None else total + out
+        return total
+
+    def plain(self) -> Tensor:
+        """The op on the operands' values (a ``(P, N)`` rule's value)."""
+        a, kw = _filled(self.args, self.kwargs, [_value_of(t) for t, _ in self.keyed])
+        return self.fn(*a, **kw)
 
 
 def _node_name(node) -> str:

@@ -162,22 +162,34 @@ _IDENTITY = (Stream(),)
 
 
 class Rule:
-    """Base class of LRP rules: :meth:`streams` and :meth:`gradients` define
+    r"""Base class of LRP rules: :meth:`streams` and :meth:`gradients` define
     the rule on any linear map; :meth:`linear` applies it to one affine
     layer.
 
-    A rule with ``signed = True`` splits the map's contributions by sign:
-    its two streams carry the positive and the negative contributions,
-    :math:`z^+` and :math:`z^-`, of every path through the map (the input
-    times the weights, gates and signs along it), and only their inputs are
-    modified (:math:`x^+`, :math:`x^-`); every op of the map keeps the two
-    apart (a weight or gate :math:`f` sends :math:`P f^+ + N f^-` to the
-    positive stream and :math:`P f^- + N f^+` to the negative one, a
-    subtraction or a negative number swaps them, a bias adds :math:`b^+` to
-    one and :math:`b^-` to the other).
+    A rule with ``signed = True`` splits the paths of the map by sign and
+    carries two streams through it; every op of the map keeps them apart (a
+    weight or gate :math:`f` counts with the sign of each of its entries, a
+    subtraction or a negative number flips the sign, a bias or constant
+    counts by its own sign). Which pair depends on ``value_stream``:
+
+    * ``False`` (``AlphaBeta``, ``ZPlus``): the positive and the negative
+      *contributions* :math:`(P, N)` of every path (the input times the
+      weights, gates and signs along it), opened at :math:`x^+` and
+      :math:`x^-`: a factor :math:`f` sends :math:`P f^+ + N f^-` to
+      :math:`P` and :math:`P f^- + N f^+` to :math:`N`, a bias :math:`b^+`
+      to one and :math:`b^-` to the other;
+    * ``True`` (``Gamma``): the map itself :math:`z` and its part over the
+      paths whose *coefficient* (the product of the weights, gates and signs
+      along them, the input not counted) is positive, :math:`z_\uparrow`,
+      both opened at :math:`x`: :math:`z' = f(z)` and
+      :math:`z_\uparrow' = f^+ z_\uparrow + f^- (z - z_\uparrow)`, a bias
+      adds :math:`b` and :math:`b^+`. The first stream is the map's own
+      value, so no run is spent on it, and an op whose factors have one sign
+      runs twice.
     """
 
     signed = False
+    value_stream = False  # for a signed rule: streams (z, z_up), not (P, N)
 
     def streams(self) -> Sequence[Stream]:
         """The streams of the rule (default: the map itself)."""
@@ -224,15 +236,27 @@ class Rule:
 
 
     def _signed_linear(self, x: Tensor, weight: Tensor, bias: Optional[Tensor], relevance: Tensor):
-        r""":meth:`linear` of a ``signed`` rule: :math:`z^+ = x^+ W^{+\top} +
-        x^- W^{-\top} + b^+`, :math:`z^- = x^+ W^{-\top} + x^- W^{+\top} + b^-`;
-        :math:`R_x = x^+ \odot (g_+ W^+ + g_- W^-) + x^- \odot (g_+ W^- + g_- W^+)`."""
-        xp, xn, wp, wn = x.clamp(min=0), x.clamp(max=0), weight.clamp(min=0), weight.clamp(max=0)
+        r""":meth:`linear` of a ``signed`` rule (see :class:`Rule`), with the
+        streams opened at :math:`x_1, x_2`. Pairs :math:`(P, N)`:
+        :math:`z_1 = x_1 W^{+\top} + x_2 W^{-\top} + b^+`,
+        :math:`z_2 = x_1 W^{-\top} + x_2 W^{+\top} + b^-` and
+        :math:`R_x = x_1 \odot (g_1 W^+ + g_2 W^-) + x_2 \odot (g_1 W^- + g_2 W^+)`.
+        Pairs :math:`(z, z_\uparrow)`: :math:`z_1 = x_1 W^\top + b`,
+        :math:`z_2 = x_2 W^{+\top} + (x_1 - x_2) W^{-\top} + b^+` and
+        :math:`R_x = x_1 \odot (g_1 W + g_2 W^-) + x_2 \odot g_2 (W^+ - W^-)`."""
+        first, second = (s.input(x) for s in self.streams())
+        wp, wn = weight.clamp(min=0), weight.clamp(max=0)
         bp, bn = (None, None) if bias is None else (bias.clamp(min=0), bias.clamp(max=0))
-        zp = F.linear(xp, wp, bp) + F.linear(xn, wn)
-        zn = F.linear(xp, wn, bn) + F.linear(xn, wp)
-        (gp, gn), dropped = self.gradients(relevance, [zp, zn])
-        r = times(xp, gp @ wp + gn @ wn).add_(times(xn, gp @ wn + gn @ wp))
+        if self.value_stream:
+            z1 = F.linear(first, weight, bias)
+            z2 = F.linear(second, wp, bp) + F.linear(first - second, wn)
+            (g1, g2), dropped = self.gradients(relevance, [z1, z2])
+            r = times(first, g1 @ weight + g2 @ wn).add_(times(second, g2 @ (wp - wn)))
+        else:
+            z1 = F.linear(first, wp, bp) + F.linear(second, wn)
+            z2 = F.linear(first, wn, bn) + F.linear(second, wp)
+            (g1, g2), dropped = self.gradients(relevance, [z1, z2])
+            r = times(first, g1 @ wp + g2 @ wn).add_(times(second, g1 @ wn + g2 @ wp))
         return r.expand_as(x) if r.shape != x.shape else r, dropped
 
 
@@ -276,8 +300,19 @@ class Gamma(Rule):
     :math:`z'_i = \sum_j a_{ij} x_j \tilde{W} + \tilde{b}` and
     :math:`R_j = x_j \odot \sum_i a_{ij} \tilde{W}^\top R_i / \mathrm{stab}(z'_i)`.
 
+    On a whole map the boost goes to the paths whose coefficient, the
+    product of the weights, gates and signs along them, is positive (a
+    ``signed`` rule with ``value_stream``, see :class:`Rule`):
+    :math:`z' = z + \gamma z_\uparrow`, a bias's positive part counted up.
+    With one weight per path and non-negative gates (GCN, SAGE, GIN) that
+    is the formula above; where a negative BatchNorm scale, a subtraction
+    or a signed Laplacian follows the weight, it boosts what counts
+    positively in the map, as the formula does on the folded weight
+    (Zennit's merged BatchNorm), and a path without a weight (a skip, a
+    propagation) has coefficient :math:`+` too.
+
     Meant for maps whose inputs are non-negative (after a ReLU): on signed
-    inputs it favours positive weights, not positive contributions.
+    inputs it favours positive coefficients, not positive contributions.
     """
 
     gamma: float = 0.25
@@ -286,17 +321,24 @@ class Gamma(Rule):
     def __post_init__(self):
         _check_parameters(self, "gamma", "epsilon")
 
-    def _modify(self, t: Tensor) -> Tensor:
-        return t + self.gamma * t.clamp(min=0)
+    value_stream = True
+
+    @property
+    def signed(self) -> bool:
+        return self.gamma != 0
 
     def streams(self):
         if self.gamma == 0:
             return _IDENTITY
-        return (Stream(weight=self._modify, bias=self._modify),)
+        return _COEFFICIENT_STREAMS
 
     def gradients(self, relevance, outputs):
-        s, dropped = divide(relevance, outputs[0], self.epsilon)
-        return [s], dropped
+        if self.gamma == 0:
+            s, dropped = divide(relevance, outputs[0], self.epsilon)
+            return [s], dropped
+        z, up = outputs  # the map, and its part over positive coefficients
+        s, dropped = divide(relevance, z + self.gamma * up, self.epsilon)
+        return [s, self.gamma * s], dropped
 
 
 @dataclass(frozen=True)
@@ -355,8 +397,13 @@ class AlphaBeta(Rule):
         return [sp, sn], dropped
 
 
-#: The streams of a ``signed`` rule: the positive and the negative contributions.
-_SIGNED_STREAMS = (Stream(input=_positive), Stream(input=_negative))
+#: The streams of ``AlphaBeta`` and ``ZPlus``: the positive and the negative
+#: contributions (``bias``: the part of a constant written into the map, see
+#: ``RelevanceMode._written_map_end``).
+_SIGNED_STREAMS = (Stream(input=_positive, bias=_positive), Stream(input=_negative, bias=_negative))
+#: ``Gamma``'s: the map itself and its part over positive coefficients, both
+#: from the input as it is (every path starts at coefficient +1).
+_COEFFICIENT_STREAMS = (Stream(), Stream(bias=_positive))
 
 
 class ZPlus(AlphaBeta):
