@@ -167,6 +167,42 @@ def test_model_that_is_not_local_is_explained_on_the_full_graph(check, cls, reas
     torch.testing.assert_close(nodes[0].node_mask, first.node_mask, rtol=0, atol=1e-5)
 
 
+class GlobalMaximum(torch.nn.Module):
+    """Two GCN layers, plus a map of the features' maximum over all nodes
+    added to every node: it reads the graph as a whole."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = GCNConv(F_IN, 8, bias=False), GCNConv(8, C, bias=False)
+        self.context = torch.nn.Linear(F_IN, C, bias=False)
+
+    def forward(self, x, edge_index):
+        h = self.second(F.relu(self.first(x, edge_index)), edge_index)
+        return h + self.context(x.amax(dim=0, keepdim=True))
+
+
+def test_the_check_with_unrelated_nodes_sees_a_maximum_over_all_nodes(monkeypatch):
+    """On a large graph the cut is checked with unrelated nodes added. A
+    maximum over all nodes that lies outside the cut, while the cut holds
+    one of its own that the added copies do not exceed, passed that check:
+    the explanation was of another output than the model's (score 2.2
+    against 4.1), with no warning. The two added nodes with features beyond
+    the range of x move it."""
+    monkeypatch.setattr(lrp.explainers.core, "FULL_CHECK_EDGES", 0)
+    torch.manual_seed(0)
+    x, edge_index = sparse_graph()
+    x = -x.abs() - 0.1  # every feature negative ...
+    x[10] = 5.0  # ... the target holds the maximum of its subgraph ...
+    x[x.shape[0] - 1] = 10.0  # ... and the graph's maximum is far from it
+    model = GlobalMaximum().eval()
+    target = model(x, edge_index)[10].argmax().view(1)
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="reads the graph as a whole"):
+        got = lrp.explain(model, x, edge_index, index=10, target=target, rules=lrp.rules.Epsilon(0.0))
+    full = lrp.explain(model, x, edge_index, index=10, target=target, rules=lrp.rules.Epsilon(0.0), subgraph=False)
+    assert got.score == pytest.approx(float(model(x, edge_index)[10, target]))
+    assert_same_explanation(got, full)
+
+
 @pytest.mark.parametrize("large", [False, True])
 def test_explain_nodes_checks_its_batches_against_one_forward_of_the_graph(large, monkeypatch):
     """Many batches share one plain forward of the whole graph as the check

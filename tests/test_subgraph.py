@@ -91,19 +91,36 @@ def test_with_context_puts_other_nodes_in_front():
     edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
     c = subgraph.cut(torch.tensor([3]), 1, edge_index, 8)  # reads 2, 3; one ring slot for 1 (of 2) and 4 (of 3)
     assert c.nodes.tolist() == [2, 3, 1]
-    context = subgraph.with_context(c, 8)  # ceil(3 / 8) = 1 extra node
-    assert context.nodes.tolist() == [0, 2, 3, 1]  # a node outside the cut first
+    context = subgraph.with_context(c, 8)  # at least 3 extra nodes (ceil(3 / 8) = 1)
+    assert context.nodes.tolist() == [0, 4, 5, 2, 3, 1]  # nodes outside the cut first
     assert torch.equal(context.nodes[context.edge_index], c.nodes[c.edge_index])  # the same edges, no others
     assert context.nodes[context.index].tolist() == [3]
     path = torch.stack([torch.arange(19), torch.arange(1, 20)])
     big = subgraph.cut(torch.tensor([9]), 7, path, 20)  # reads 2..9; one ring slot for 1 and 10: 9 nodes
     assert big.num_nodes == 9
-    small = subgraph.with_context(big, 20)  # ceil(9 / 8) = 2 nodes outside the cut
-    assert small.nodes.tolist()[:2] == [0, 10]
-    few = subgraph.with_context(big, 11)  # only node 0 and 10 are outside: enough here
-    assert few.nodes.tolist()[:2] == [0, 10]
-    tiny = subgraph.with_context(big, 10)  # one node outside (0), then a node of the cut again
-    assert tiny.nodes.tolist()[:2] == [0, 1]
+    small = subgraph.with_context(big, 20)  # max(ceil(9 / 8), 3) = 3 nodes outside the cut
+    assert small.nodes.tolist()[:3] == [0, 10, 11]
+    few = subgraph.with_context(big, 11)  # only node 0 and 10 are outside, then a node of the cut again
+    assert few.nodes.tolist()[:3] == [0, 10, 1]
+    tiny = subgraph.with_context(big, 10)  # one node outside (0), then nodes of the cut again
+    assert tiny.nodes.tolist()[:3] == [0, 1, 2]
+    one = subgraph.with_context(subgraph.cut(torch.tensor([0]), 1, torch.empty(2, 0, dtype=torch.long), 1), 1)
+    assert one.nodes.tolist() == [0, 0, 0, 0]  # a one-node graph: its node copied
+
+
+def test_context_features_lie_beyond_the_range_of_x():
+    """The first two added nodes of the context check get features above
+    and below every node's, so that a maximum or minimum over the nodes
+    moves too; the other rows are the nodes' own features, integer features
+    are copied as they are."""
+    edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    context = subgraph.with_context(subgraph.cut(torch.tensor([3]), 1, edge_index, 8), 8)
+    x = torch.randn(8, 4)
+    got = subgraph.context_features(x, context)
+    assert bool((got[0] > x.amax(dim=0)).all()) and bool((got[1] < x.amin(dim=0)).all())
+    torch.testing.assert_close(got[2:], x[context.nodes[2:]])
+    categories = torch.randint(0, 5, (8,))
+    assert torch.equal(subgraph.context_features(categories, context), categories[context.nodes])
 
 
 def test_disjoint_union():

@@ -39,7 +39,8 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
-from .subgraph import Cut, count_hops, cut, lean, message_flow, pays_off, reaches_ring, slice_inputs, with_context
+from .subgraph import (Cut, context_features, count_hops, cut, lean, message_flow, pays_off, reaches_ring,
+                       slice_inputs, with_context)
 from .trim import Trimming, hop_distance
 from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, infer_return_type, infer_task_level,
                       is_sparse, seed_of)
@@ -576,7 +577,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
     with Pass(model, settings) as p:
         try:
             check = reference if reference is not None else p.plain(x, edge_index, kwargs) if context is None \
-                else p.plain(x[context.nodes], context.edge_index, slice_inputs(kwargs, context, n, e)[0])
+                else p.plain(context_features(x, context), context.edge_index,
+                             slice_inputs(kwargs, context, n, e)[0])
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
         inputs = slice_inputs(kwargs, run, n, e)[0]

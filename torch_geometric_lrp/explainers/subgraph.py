@@ -38,8 +38,11 @@ Two things a cut cannot see, so the callers check both:
   per-node parameter indexed by ``arange(N)``, the number of nodes) gives the
   targets another output when unrelated nodes are present. :func:`with_context`
   builds that input: the cut with isolated copies of other nodes in front,
-  which shifts every position, changes the size and every statistic over
-  nodes, and changes nothing for a local model.
+  two of them with features beyond the range of ``x``
+  (:func:`context_features`), which shifts every position, changes the size
+  and sums, means, norms, maxima and minima over the nodes, and changes
+  nothing for a local model. (Isolated nodes cannot move a statistic of the
+  degrees or of the edge features over the whole graph.)
 
 Many cuts cost time in proportion to the cuts, not to the graph:
 :class:`Incidence` sorts the edges once by each end (two CSRs, built once per
@@ -59,7 +62,8 @@ from torch_geometric.explain.algorithm import ExplainerAlgorithm
 from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
 from torch_geometric.utils import cumsum
 
-__all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "slice_inputs",
+__all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "context_features",
+           "slice_inputs",
            "reaches_ring", "count_hops", "hops_of", "message_flow", "pays_off", "spelled_out",
            "spelled_out_each", "lean"]
 
@@ -435,21 +439,48 @@ def _starts(sizes: list[int]) -> list[int]:
     return starts
 
 
+#: The context check's first rows that :func:`context_features` sets beyond
+#: the range of ``x``: one above every feature, one below.
+EXTREMES = 2
+
+
 def with_context(c: Cut, num_nodes: int) -> Cut:
-    """``c`` with isolated copies of ``k = ceil(|c| / 8)`` other input nodes
-    in front (no edges of their own, no targets): nodes outside ``c`` first,
-    then, where there are too few, nodes of ``c`` again. An eighth more
-    nodes, at shifted positions, moves any statistic over all nodes (a norm,
-    a mean, a per-position parameter) far beyond float tolerance, at an
-    eighth of a forward's extra cost."""
-    k = max(1, -(-c.num_nodes // 8))
+    """``c`` with isolated copies of ``k = max(ceil(|c| / 8), 3)`` other
+    input nodes in front (no edges of their own, no targets): nodes outside
+    ``c`` first, then, where there are too few, nodes of ``c`` again. An
+    eighth more nodes, at shifted positions, moves any sum, mean or norm over
+    all nodes and any per-position parameter far beyond float tolerance, at
+    an eighth of a forward's extra cost; the first :data:`EXTREMES` of them
+    get features beyond the range of ``x`` (:func:`context_features`), which
+    moves maxima and minima over the nodes too."""
+    k = max(EXTREMES + 1, -(-c.num_nodes // 8))
     # the first k + |c| positions hold k nodes outside c, unless the graph is smaller
     candidates = torch.arange(min(num_nodes, k + c.num_nodes), device=c.nodes.device)
     inside = torch.isin(candidates, c.nodes)
     extra = torch.cat([candidates[~inside], candidates[inside]])[:k]
-    k = extra.numel()
+    if extra.numel() < k:  # a graph of fewer than k nodes: some copied twice
+        extra = extra.repeat(-(-k // max(extra.numel(), 1)))[:k]
     return Cut(nodes=torch.cat([extra, c.nodes]), edge_id=c.edge_id, edge_index=c.edge_index + k,
                index=c.index + k, ring=torch.cat([torch.ones_like(extra, dtype=torch.bool), c.ring]))
+
+
+def context_features(x: Tensor, context: Cut) -> Tensor:
+    r"""The node features of the check on ``context`` (:func:`with_context`):
+    ``x`` at its nodes, except that the first :data:`EXTREMES` rows, isolated
+    nodes that a local model does not read, lie beyond the range of ``x`` in
+    every feature, :math:`\max x + s` and :math:`\min x - s` with
+    :math:`s = \max x - \min x + 1` (over the whole graph). Added copies of
+    other nodes alone leave a maximum or minimum over the nodes as it is
+    whenever they lie inside the cut's range; these do not. Integer features
+    (categories) are copied as they are."""
+    features = x[context.nodes]
+    if not x.is_floating_point() or not x.numel():
+        return features
+    low, high = x.amin(dim=0), x.amax(dim=0)
+    span = high - low + 1
+    features[0] = high + span
+    features[1] = low - span
+    return features
 
 
 def lean(c: Cut, flow: str = "source_to_target") -> Optional[tuple[Cut, Tensor]]:
