@@ -450,7 +450,7 @@ def with_context(c: Cut, num_nodes: int) -> Cut:
     ``c`` first, then, where there are too few, nodes of ``c`` again. An
     eighth more nodes, at shifted positions, moves any sum, mean or norm over
     all nodes and any per-position parameter far beyond float tolerance, at
-    an eighth of a forward's extra cost; the first :data:`EXTREMES` of them
+    an eighth of a forward's extra cost; the first ``EXTREMES`` of them
     get features beyond the range of ``x`` (:func:`context_features`), which
     moves maxima and minima over the nodes too."""
     k = max(EXTREMES + 1, -(-c.num_nodes // 8))
@@ -466,7 +466,7 @@ def with_context(c: Cut, num_nodes: int) -> Cut:
 
 def context_features(x: Tensor, context: Cut) -> Tensor:
     r"""The node features of the check on ``context`` (:func:`with_context`):
-    ``x`` at its nodes, except that the first :data:`EXTREMES` rows, isolated
+    ``x`` at its nodes, except that the first ``EXTREMES`` rows, isolated
     nodes that a local model does not read, lie beyond the range of ``x`` in
     every feature, :math:`\max x + s` and :math:`\min x - s` with
     :math:`s = \max x - \min x + 1` (over the whole graph). Added copies of
