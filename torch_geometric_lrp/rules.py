@@ -303,12 +303,13 @@ class Gamma(Rule):
     On a whole map the boost goes to the paths whose coefficient, the
     product of the weights, gates and signs along them, is positive (a
     ``signed`` rule with ``value_stream``, see :class:`Rule`):
-    :math:`z' = z + \gamma z_\uparrow`, a bias's positive part counted up.
-    With one weight per path and non-negative gates (GCN, SAGE, GIN) that
-    is the formula above; where a negative BatchNorm scale, a subtraction
-    or a signed Laplacian follows the weight, it boosts what counts
-    positively in the map, as the formula does on the folded weight
-    (Zennit's merged BatchNorm), and a path without a weight (a skip, a
+    :math:`z' = z + \gamma z_\uparrow`, the positive part of each bias or
+    constant term counted up. With one weight per path and non-negative
+    gates (GCN, SAGE, GIN) that is the formula above; where a negative
+    BatchNorm scale, a subtraction or a signed Laplacian follows the weight,
+    it boosts what counts positively in the map, as the formula does on the
+    folded weight (Zennit's merged BatchNorm; the biases, though, count term
+    by term, not summed first), and a path without a weight (a skip, a
     propagation) has coefficient :math:`+` too.
 
     Meant for maps whose inputs are non-negative (after a ReLU): on signed
