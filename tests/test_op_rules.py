@@ -1099,6 +1099,23 @@ SIGN_FLIPS = {  # a map with a negative coefficient, and the same map with it fo
 }
 
 
+def folded_case(case: str):
+    """``(fn, weight, bias)``: the map of a ``SIGN_FLIPS`` case, or ``x @ A``
+    followed by a BatchNorm with negative scales, and the one-weight map it
+    folds to, ``x @ weight + bias``."""
+    if case != "batch norm, negative scale":
+        fn, folded = SIGN_FLIPS[case]
+        return (fn, *folded())
+    norm = torch.nn.BatchNorm1d(HID).double().eval()
+    with torch.no_grad():
+        norm.weight.copy_(torch.tensor([-1.5, 0.7, -0.3, 1.2]))
+        norm.bias.copy_(torch.tensor([0.2, -0.1, 0.4, 0.0]))
+        norm.running_mean.copy_(torch.tensor([0.3, -0.2, 0.1, 0.5]))
+        norm.running_var.copy_(torch.tensor([2.0, 0.5, 1.0, 1.5]))
+    scale = norm.weight.detach() / torch.sqrt(norm.running_var + norm.eps)
+    return (lambda x: norm(x @ A)), A * scale, norm.bias.detach() - norm.running_mean * scale
+
+
 @pytest.mark.parametrize("case", list(SIGN_FLIPS))
 def test_zplus_counts_negative_coefficients_with_their_sign(case):
     """``ZPlus`` on a map with a negation, a subtraction, a negative number,
@@ -1107,19 +1124,7 @@ def test_zplus_counts_negative_coefficients_with_their_sign(case):
     negative relevance for a positive seed. Before, the positive stream took
     the negative contributions (``-lin(x)``: all relevance on the features
     against the output)."""
-    if case == "batch norm, negative scale":
-        norm = torch.nn.BatchNorm1d(HID).double().eval()
-        with torch.no_grad():
-            norm.weight.copy_(torch.tensor([-1.5, 0.7, -0.3, 1.2]))
-            norm.bias.copy_(torch.tensor([0.2, -0.1, 0.4, 0.0]))
-            norm.running_mean.copy_(torch.tensor([0.3, -0.2, 0.1, 0.5]))
-            norm.running_var.copy_(torch.tensor([2.0, 0.5, 1.0, 1.5]))
-        scale = norm.weight.detach() / torch.sqrt(norm.running_var + norm.eps)
-        shift = norm.bias.detach() - norm.running_mean * scale
-        fn, (weight, bias) = (lambda x: norm(x @ A)), (A * scale, shift)
-    else:
-        fn, folded = SIGN_FLIPS[case]
-        weight, bias = folded()
+    fn, weight, bias = folded_case(case)
     out = fn(X).detach()
     seed = out.abs()
     with relevance_pass(rules=lrp.rules.ZPlus(epsilon=0.0)) as mode:
@@ -1203,18 +1208,7 @@ def test_gamma_boosts_the_positive_coefficients_of_the_whole_map(case):
     it favours the contributions of positive coefficients. Before, the gate's
     sign came after ``W + gamma W+`` and turned the boost onto the negative
     ones."""
-    if case == "batch norm, negative scale":
-        norm = torch.nn.BatchNorm1d(HID).double().eval()
-        with torch.no_grad():
-            norm.weight.copy_(torch.tensor([-1.5, 0.7, -0.3, 1.2]))
-            norm.bias.copy_(torch.tensor([0.2, -0.1, 0.4, 0.0]))
-            norm.running_mean.copy_(torch.tensor([0.3, -0.2, 0.1, 0.5]))
-            norm.running_var.copy_(torch.tensor([2.0, 0.5, 1.0, 1.5]))
-        scale = norm.weight.detach() / torch.sqrt(norm.running_var + norm.eps)
-        fn, (weight, bias) = (lambda x: norm(x @ A)), (A * scale, norm.bias.detach() - norm.running_mean * scale)
-    else:
-        fn, folded = SIGN_FLIPS[case]
-        weight, bias = folded()
+    fn, weight, bias = folded_case(case)
     gamma = 0.5
     w, b = weight + gamma * weight.clamp(min=0), bias + gamma * bias.clamp(min=0)
     seed = fn(X).detach()
