@@ -199,7 +199,7 @@ def test_the_check_with_unrelated_nodes_sees_a_maximum_over_all_nodes(monkeypatc
     with pytest.warns(lrp.explainers.SubgraphWarning, match="reads the graph as a whole"):
         got = lrp.explain(model, x, edge_index, index=10, target=target, rules=lrp.rules.Epsilon(0.0))
     full = lrp.explain(model, x, edge_index, index=10, target=target, rules=lrp.rules.Epsilon(0.0), subgraph=False)
-    assert got.score == pytest.approx(float(model(x, edge_index)[10, target]))
+    assert got.score == pytest.approx(float(model(x, edge_index)[10, target].detach()))
     assert_same_explanation(got, full)
 
 
