@@ -1214,3 +1214,22 @@ def test_gamma_boosts_the_positive_coefficients_of_the_whole_map(case):
     seed = fn(X).detach()
     want = X * ((seed / (X @ w + b)) @ w.T)
     torch.testing.assert_close(lrp0(fn, rule=Gamma(gamma, epsilon=0.0)), want)
+
+
+@pytest.mark.parametrize("rule", [Epsilon(0.5), lrp.rules.AlphaBeta(2.0, 1.0, epsilon=0.1), Gamma(0.5, 0.1)],
+                         ids=["epsilon", "alphabeta", "gamma"])
+@pytest.mark.parametrize("p,dim", [(2.0, 1), (1.0, 0)], ids=["l2-rows", "l1-columns"])
+def test_normalize_is_explained_as_the_division_written_out(rule, p, dim):
+    """``F.normalize(h)`` and ``h / h.norm(...).clamp_min(eps)`` are one
+    function: the norm is held constant and the division continues the map of
+    ``h``, so a rule's stabiliser sits on the normalised output in both.
+    Before, ``F.normalize`` ended the map (a pass rule), so with a stabiliser
+    (``SAGEConv(normalize=True)`` under ``Epsilon(0.5)``) its relevance was
+    off by 1.3x that of the same model written out."""
+    bias = weights(HID, seed=9)
+
+    def written_out(x):
+        h = x @ A + bias
+        return h / h.norm(p, dim, keepdim=True).clamp_min(1e-12)
+
+    audited_alike(lambda x: F.normalize(x @ A + bias, p=p, dim=dim), written_out, rule)

@@ -241,8 +241,6 @@ _PASS = {
     "feature_alpha_dropout": F.feature_alpha_dropout, "dropout1d": F.dropout1d,
     # the last op of a classifier: relevance passes, so seed the logit's value
     "softmax": F.softmax, "log_softmax": F.log_softmax,
-    # x / ||x||: the norm is treated as a constant gate
-    "normalize": F.normalize,
     # |x| = sign(x) x and the square root: monotone pieces, relevance passes
     "abs": torch.abs, "abs_": torch.abs, "sqrt": torch.sqrt, "sqrt_": torch.sqrt,
     # exp: a positive weight (Gaussian kernels, unnormalised attention), a gate in a product
@@ -325,6 +323,19 @@ def _addmm(mode, input, mat1, mat2, *, beta=1, alpha=1):
     if isinstance(beta, (int, float)) and beta == 0:
         return product
     return mode.call(torch.add, product, mode.call(torch.mul, input, beta) if beta != 1 else input)
+
+
+def _normalize(mode, input, p=2.0, dim=1, eps=1e-12, out=None):
+    r"""``F.normalize``, :math:`x / \max(\lVert x \rVert_p, \epsilon)`, as
+    the ops it is made of, so that it is explained as the same division
+    written out (``h / h.norm(dim=-1, keepdim=True)``): the norm, a signal in
+    a denominator, is held constant (a gate), and the division continues the
+    map of ``x``, whose rule's stabiliser then sits on the normalised output."""
+    if out is not None:
+        return NotImplemented
+    denominator = mode.call(Tensor.norm, input, p, dim, True)
+    denominator = mode.call(Tensor.clamp_min, denominator, eps)
+    return mode.call(torch.div, input, mode.call(Tensor.expand_as, denominator, input))
 
 
 def _einsum(mode, equation, *operands):
@@ -759,6 +770,7 @@ HANDLERS: dict[str, Callable] = {
     **{name: _piecewise_constant(getattr(torch, name)) for name in "sign sgn floor ceil round trunc heaviside".split()},
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "rms_norm": _rms_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
     "addmm": _addmm, "baddbmm": _addmm, "addmv": _addmm, "einsum": _einsum, "functional.einsum": _einsum,
+    "normalize": _normalize,
     "std_mean": _statistic_and_mean(torch.std), "var_mean": _statistic_and_mean(torch.var),
     **{name: _pass(fn) for name, fn in _PASS.items()},
     **ATTENTION_HANDLERS, **RECURRENT_HANDLERS,
