@@ -591,3 +591,153 @@ def test_hetero_conv_and_to_hetero_agree_under_one_rule():
     assert gap > 1e-6 * max(float(a[t].node_mask.abs().max()) for t in x_dict)
     check_accounting(a)
     check_accounting(b)
+
+
+# --- edge relevance booked on the right edge type -----------------------------------------
+
+WRITES, REVIEWS = ("author", "writes", "paper"), ("author", "reviews", "paper")
+
+
+def two_relations(seed: int = 0):
+    """Authors and papers, joined by two edge types over the same pairs."""
+    g = torch.Generator().manual_seed(seed)
+    x = {"author": torch.randn(6, 4, generator=g, dtype=torch.float64),
+         "paper": torch.randn(5, 3, generator=g, dtype=torch.float64)}
+    edges = torch.stack([torch.randint(0, 6, (9,), generator=g), torch.randint(0, 5, (9,), generator=g)])
+    return x, edges
+
+
+class TwoRelations(torch.nn.Module):
+    """One ``GraphConv`` per edge type as plain attributes (no ``ModuleDict``), bias-free."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = GraphConv((4, 3), 8, bias=False)
+        self.reviews = GraphConv((4, 3), 8, bias=False)
+        self.head = torch.nn.Linear(8, 2, bias=False)
+
+    def forward(self, x_dict, edge_index_dict):
+        pair = (x_dict["author"], x_dict["paper"])
+        h = self.writes(pair, edge_index_dict[WRITES]) + self.reviews(pair, edge_index_dict[REVIEWS])
+        return self.head(h.relu())
+
+
+class TwoRelationsConv(torch.nn.Module):
+    """The same as a ``HeteroConv`` (registered per edge type)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = HeteroConv({WRITES: GraphConv((4, 3), 8, bias=False),
+                                REVIEWS: GraphConv((4, 3), 8, bias=False)}, aggr="sum")
+        self.head = torch.nn.Linear(8, 2, bias=False)
+
+    def forward(self, x_dict, edge_index_dict):
+        return self.head(self.conv(x_dict, edge_index_dict)["paper"].relu())
+
+
+def message_gradients(model, x_dict, edge_index_dict, index: int, layers: dict) -> dict:
+    """LRP-0's edge relevance on a bias-free ReLU model: the gradient of the
+    explained logit with respect to a multiplier 1 on each edge's messages,
+    per edge type (``layers``: the layer of each type)."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    with torch.no_grad():
+        target = int(model(x_dict, edge_index_dict)[index].argmax())
+    masks = {t: torch.ones(e.shape[1], dtype=torch.float64, requires_grad=True) for t, e in edge_index_dict.items()}
+    for t, layer in layers.items():
+        set_masks(layer, masks[t], edge_index_dict[t], apply_sigmoid=False)
+    try:
+        score = model(x_dict, edge_index_dict)[index, target]
+        grads = torch.autograd.grad(score, list(masks.values()))
+    finally:
+        clear_masks(model)
+    return dict(zip(masks, grads))
+
+
+@pytest.mark.parametrize("build", ["plain attributes", "HeteroConv"])
+@pytest.mark.parametrize("edges_given", ["one tensor for both", "equal tensors"])
+def test_each_edge_type_gets_the_relevance_of_its_own_messages(build, edges_given):
+    """Two edge types over the same pairs, given as one tensor or as two
+    equal ones: each layer's messages go to the type whose edges its forward
+    got. Before, the first type took both layers' messages (a tensor found
+    by identity first, a routing reused for equal edges) and the second type
+    got 0, with node masks and conservation intact and no warning."""
+    x, edges = two_relations(3)
+    edge_index = {WRITES: edges, REVIEWS: edges if edges_given == "one tensor for both" else edges.clone()}
+    torch.manual_seed(3)
+    model = (TwoRelations() if build == "plain attributes" else TwoRelationsConv()).double()
+    layers = ({WRITES: model.writes, REVIEWS: model.reviews} if build == "plain attributes" else
+              {WRITES: model.conv.convs[WRITES], REVIEWS: model.conv.convs[REVIEWS]})
+    if build == "plain attributes" and edges_given == "one tensor for both":
+        # nothing tells the two layers' types apart: said, not guessed
+        with pytest.warns(RuntimeWarning, match="could not be booked on an input edge type"):
+            explanation = lrp.explain(model, x, edge_index, index=2, rules=lrp.rules.Epsilon(0.0))
+        assert all(float(explanation[t].edge_mask.abs().sum()) == 0 for t in edge_index)
+        return
+    explanation = lrp.explain(model, x, edge_index, index=2, rules=lrp.rules.Epsilon(0.0))
+    want = message_gradients(model, x, edge_index, 2, layers)
+    assert all(float(w.abs().max()) > 1e-3 for w in want.values()), "degenerate: a type without relevance"
+    for t in edge_index:
+        torch.testing.assert_close(explanation[t].edge_mask, want[t], rtol=1e-9, atol=1e-12)
+
+
+class OneTypeGCN(torch.nn.Module):
+    """A ``GCNConv`` called directly on one edge type (no ``ModuleDict``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = GCNConv(4, 8, bias=False)
+        self.head = torch.nn.Linear(8, 2, bias=False)
+
+    def forward(self, x_dict, edge_index_dict):
+        return self.head(self.conv(x_dict["paper"], edge_index_dict["paper", "cites", "paper"]).relu())
+
+
+def test_a_layer_called_on_one_edge_type_with_self_loops_books_its_messages():
+    """``GCNConv`` drops the input's self-loops before adding its own, so its
+    messages no longer start with the input edges: they are found by the
+    edge tensor the layer got. Before, the whole edge mask was 0."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    edges = torch.tensor([[0, 1, 2, 2, 3, 5, 6], [1, 2, 3, 2, 4, 6, 0]])  # 2 -> 2 is a self-loop
+    torch.manual_seed(4)
+    model = OneTypeGCN().double()
+    cites = ("paper", "cites", "paper")
+    hetero = lrp.explain(model, {"paper": x}, {cites: edges}, index=1, rules=lrp.rules.Epsilon(0.0))
+
+    class Homogeneous(torch.nn.Module):
+        def forward(self, x, edge_index):
+            return model({"paper": x}, {cites: edge_index})
+
+    plain = lrp.explain(Homogeneous(), x, edges, index=1, rules=lrp.rules.Epsilon(0.0))
+    assert float(plain.edge_mask.abs().sum()) > 1e-3
+    torch.testing.assert_close(hetero[cites].edge_mask, plain.edge_mask, rtol=1e-9, atol=1e-12)
+
+
+def test_hgt_given_some_edge_types_books_each_block_on_its_type():
+    """``HGTConv`` concatenates the edge types of the dict it gets, in its
+    order, which need not be all of the input's nor in the input's order.
+    Before, every type after the first got a zero mask when the model
+    passed HGT a subset of the input's types."""
+    data = hetero_data(6)
+    used = list(reversed(data.edge_types))  # every type, in another order
+    extra = ("paper", "extra", "paper")
+
+    class Subset(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = HGTConv(-1, 8, (data.node_types, used), heads=2)
+            self.head = torch.nn.Linear(8, 2)
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.head(self.conv(x_dict, {t: edge_index_dict[t] for t in used})["paper"])
+
+    torch.manual_seed(6)
+    model = Subset()
+    model(data.x_dict, data.edge_index_dict)
+    edge_index = {**data.edge_index_dict, extra: data.edge_index_dict[data.edge_types[0]].flip(0)}
+    with_extra = lrp.explain(model, data.x_dict, edge_index, index=3)
+    alone = lrp.explain(model, data.x_dict, data.edge_index_dict, index=3)
+    for t in used:
+        torch.testing.assert_close(with_extra[t].edge_mask, alone[t].edge_mask)
+    assert all(float(alone[t].edge_mask.abs().sum()) > 0 for t in used if t[2] == "paper")  # one layer: into papers
+    assert float(with_extra[extra].edge_mask.abs().sum()) == 0

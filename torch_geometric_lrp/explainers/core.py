@@ -286,6 +286,14 @@ class Pass:
                 found = self.mode.backward(self.out, seed, [*self.x.values(), *attr.values()], retain)
             node = dict(zip(self.x, found[:len(self.x)]))
             edge_attr = dict(zip(attr, found[len(self.x):])) if attr else None
+            if self._edges is not None and self._edges.unrouted != 0:
+                layers = ", ".join(dict.fromkeys(self._edges.unrouted_layers))
+                warnings.warn(f"LRP: the messages of {layers} in {type(unwrap(self.model)).__name__} could not be "
+                              f"booked on an input edge type (the layer is not registered under one in a ModuleDict, "
+                              f"as to_hetero and HeteroConv do, and two edge types hold the same edge tensor, or no "
+                              f"type's edges match its own), so {self._edges.unrouted:.3g} of relevance is missing "
+                              f"from edge_mask; the node masks are complete. Give each edge type its own tensor, or "
+                              f"register the layer per edge type (HeteroConv).", RuntimeWarning, stacklevel=3)
             return node, edge_attr, audit.lost, audit.absorbed
         with RelevanceAudit() as audit:
             node, edge_attr, *found = self.mode.backward(

@@ -111,11 +111,15 @@ class EdgeRelevance:
     graph a ``{edge_type: [2, E_t]}`` dict (with ``num_nodes`` a
     ``{node_type: N_t}`` dict); :attr:`edge` and :attr:`self_loops` are then
     dicts too. A layer's messages are booked on the edge type whose edges it
-    propagates over: the same tensor, the type its module is registered
-    under in a ``ModuleDict`` (``to_hetero``, ``HeteroConv``), the one type
-    whose edges its messages start with, or, for a layer that propagates over
-    all types at once with per-type node offsets (``HGTConv``), each type's
-    block of the concatenation."""
+    propagates over: the type its module is registered under in a
+    ``ModuleDict`` (``to_hetero``, ``HeteroConv``), else the one type whose
+    input edge tensor its forward got (or propagates over), else the one type
+    whose edges its messages start with; for a layer that propagates over
+    several types at once with per-type node offsets (``HGTConv``), each
+    type's block of the concatenation, in the order of the edge-type dict
+    its forward got. Messages that none of these place (two types sharing
+    one tensor, for a layer not registered under either) are counted in
+    :attr:`unrouted`, and the pass warns."""
 
     def __init__(self, model: torch.nn.Module, edge_index: Union[Tensor, dict], num_nodes: Union[int, dict]):
         self.hetero = isinstance(edge_index, dict)
@@ -127,6 +131,10 @@ class EdgeRelevance:
         self._loops = {key: torch.zeros(n, dtype=torch.float64, device=device) for key, n in counts.items()}
         # relevance of messages over edges neither in the input nor self-loops
         self._unmatched = torch.zeros((), dtype=torch.float64, device=device)
+        # relevance of messages that no input edge type could be told for (heterogeneous graphs)
+        self._unrouted = torch.zeros((), dtype=torch.float64, device=device)
+        self.unrouted_layers: list[str] = []
+        self._given: dict[int, Optional[tuple]] = {}  # id(layer) -> the edge types its forward got
         self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
         self._edge_type_of = _registered_edge_types(model, self._inputs) if self.hetero else {}
         self._hooks: list = []
@@ -141,6 +149,7 @@ class EdgeRelevance:
         self._edge = {key: torch.zeros_like(v) for key, v in self._edge.items()}
         self._loops = {key: torch.zeros_like(v) for key, v in self._loops.items()}
         self._unmatched = torch.zeros_like(self._unmatched)
+        self._unrouted = torch.zeros_like(self._unrouted)
 
     @property
     def edge(self) -> Union[Tensor, dict]:
@@ -153,6 +162,12 @@ class EdgeRelevance:
     @property
     def unmatched(self) -> float:
         return self._unmatched.item()
+
+    @property
+    def unrouted(self) -> float:
+        """Relevance of messages that no input edge type could be told for
+        (heterogeneous graphs): missing from :attr:`edge`."""
+        return self._unrouted.item()
 
     def __enter__(self) -> "EdgeRelevance":
         self._thread = threading.get_ident()
@@ -172,12 +187,35 @@ class EdgeRelevance:
     def _hook(self, layer: MessagePassing) -> None:
         if id(layer) not in self._hooked:
             self._hooked.add(id(layer))
+            self._hooks.append(layer.register_forward_pre_hook(self._remember_inputs, with_kwargs=True))
             self._hooks.append(layer.register_propagate_forward_pre_hook(self._remember_edges))
             self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
 
     def _discover(self, module, inputs):
         if isinstance(module, MessagePassing) and threading.get_ident() == self._thread:
             self._hook(module)
+
+    def _remember_inputs(self, layer, args, kwargs):
+        """The input edge types a layer's forward gets: ``("tensor", keys)``
+        for an input edge tensor (the keys of every type that holds that very
+        tensor), ``("dict", keys)`` for a ``{edge_type: edges}`` dict of the
+        input's edge tensors, in its order (``HGTConv``)."""
+        if not self.hetero or threading.get_ident() != self._thread:
+            return None
+        given = None
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, dict) and value and all(k in self._inputs for k in value):
+                if all(v is self._inputs[k] or (isinstance(v, Tensor) and v.shape == self._inputs[k].shape
+                                                 and torch.equal(v, self._inputs[k])) for k, v in value.items()):
+                    given = ("dict", tuple(value))
+                break
+            if isinstance(value, Tensor):
+                keys = tuple(k for k, e in self._inputs.items() if e is value)
+                if keys:
+                    given = ("tensor", keys)
+                    break
+        self._given[id(layer)] = given
+        return None
 
     def _remember_edges(self, layer, inputs):
         if threading.get_ident() != self._thread:  # another thread runs the same layer
@@ -191,8 +229,11 @@ class EdgeRelevance:
         input edge type (``key`` is ``None`` for a homogeneous graph),
         reusing the last answer when a layer propagates over the same edges
         as the previous one."""
-        if self._last is not None and self._last[2] == self._edge_type_of.get(id(layer)) and (
-                self._last[0] is edges or (self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
+        # what decides the routing besides the edges (heterogeneous graphs: the
+        # layer's registered type and the edge types its forward got)
+        context = (self._edge_type_of.get(id(layer)), self._given.get(id(layer))) if self.hetero else None
+        if self._last is not None and self._last[2] == context and (self._last[0] is edges or (
+                not self.hetero and self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
             return self._last[1]
         if not self.hetero:
             if self._sorted is None and edges.shape[1] != self._inputs[None].shape[1]:
@@ -202,16 +243,24 @@ class EdgeRelevance:
             located = [(None, route(self._inputs[None], edges, self._sorted))]
         else:
             located = self._locate_hetero(layer, edges)
-        self._last = (edges, located, self._edge_type_of.get(id(layer)))
+        self._last = (edges, located, context)
         return located
 
     def _locate_hetero(self, layer, edges: Tensor) -> list:
         inputs = self._inputs
-        key = next((k for k, e in inputs.items() if e is edges), None)
+        given = self._given.get(id(layer))
+        key = self._edge_type_of.get(id(layer))
+        if key is None and given is not None and given[0] == "tensor" and len(given[1]) == 1:
+            key = given[1][0]
         if key is None:
-            key = self._edge_type_of.get(id(layer))
+            same = [k for k, e in inputs.items() if e is edges]
+            key = same[0] if len(same) == 1 else None
         if key is not None:
             return [(key, route(inputs[key], edges))]
+        if given is not None and given[0] == "dict":
+            located = _concatenation({k: inputs[k] for k in given[1]}, edges)
+            if located:
+                return located
         located = _concatenation(inputs, edges)
         if located:
             return located
@@ -219,6 +268,7 @@ class EdgeRelevance:
                   and torch.equal(edges[:, :e.shape[1]], e)]
         if len(starts) == 1:  # one type's edges, then more (self-loops the layer added)
             return [(starts[0], route(inputs[starts[0]], edges))]
+        self.unrouted_layers.append(type(layer).__name__)
         everything = torch.arange(edges.shape[1], device=edges.device)
         empty = edges.new_empty(0)
         return [(None, Routing(empty, empty, empty, empty, everything))]
@@ -238,7 +288,7 @@ class EdgeRelevance:
             per_message = (relevance.sum(dim=dims) if dims else relevance).double()
             for key, routing in located:
                 if key is None and self.hetero:  # matched no input edge type
-                    self._unmatched += per_message[routing.other].sum()
+                    self._unrouted += per_message[routing.other].sum()
                     continue
                 edge = self._edge[key]
                 if isinstance(routing.edge, slice):
