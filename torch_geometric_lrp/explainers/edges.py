@@ -187,7 +187,8 @@ class EdgeRelevance:
     def _hook(self, layer: MessagePassing) -> None:
         if id(layer) not in self._hooked:
             self._hooked.add(id(layer))
-            self._hooks.append(layer.register_forward_pre_hook(self._remember_inputs, with_kwargs=True))
+            if self.hetero:  # the edge types its forward gets tell its messages' type
+                self._hooks.append(layer.register_forward_pre_hook(self._remember_inputs, with_kwargs=True))
             self._hooks.append(layer.register_propagate_forward_pre_hook(self._remember_edges))
             self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
 
@@ -200,7 +201,7 @@ class EdgeRelevance:
         for an input edge tensor (the keys of every type that holds that very
         tensor), ``("dict", keys)`` for a ``{edge_type: edges}`` dict of the
         input's edge tensors, in its order (``HGTConv``)."""
-        if not self.hetero or threading.get_ident() != self._thread:
+        if threading.get_ident() != self._thread:
             return None
         given = None
         for value in (*args, *kwargs.values()):
