@@ -343,12 +343,20 @@ def _einsum(mode, equation, *operands):
     bilinear score ``einsum('nd,de,ne->n', h_i, W, h_j)``): multilinear in
     them, so homogeneous of degree ``k``; Euler's split is the product rule
     per term (each signal factor gets an equal share). The other operands
-    are constants. (One signal: a linear op of the map, see ``LINEAR_OPS``.)"""
+    are constants, and so are gates (sigmoid or softmax outputs) next to
+    other signals. (One signal: a linear op of the map, see ``LINEAR_OPS``.)"""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     signals = [i for i, t in enumerate(operands) if _carries(t)]
     if len(signals) < 2 or not isinstance(equation, str):
         return NotImplemented
+    gates = [i for i in signals if mode.is_gate(operands[i])]
+    if gates and len(gates) < len(signals):
+        # a sigmoid or softmax factor is a gate, as in mul and matmul: held
+        # constant, the other factors take the relevance (one of them left:
+        # a linear op of its map)
+        held = [t.detach() if i in gates else t for i, t in enumerate(operands)]
+        return mode.call(torch.einsum, equation, *held)
     constants = [t.detach() if isinstance(t, Tensor) else t for t in operands]
 
     def fn(*xs):
@@ -789,7 +797,7 @@ segment_sum_csr segment_mean_csr cumsum diff""".split()
 _SCALAR_TERMS = frozenset("""add __add__ __radd__ __iadd__ add_ sub __sub__ __isub__ sub_ subtract __rsub__
 rsub""".split())
 _MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itruediv__ div_ true_divide divide
-matmul __matmul__ mm bmm mv""".split()
+matmul __matmul__ mm bmm mv sparse.mm _sparse_mm""".split()
 _WEIGHT_PRODUCTS = frozenset("matmul __matmul__ mm mv".split())
 MAP_COPIES = frozenset("""
 __getitem__ index_select gather take take_along_dim masked_select
@@ -885,6 +893,11 @@ _SCALED_SECOND = frozenset("add __add__ __radd__ __iadd__ add_".split())
 _SIGNED_NAMES = _NEGATED_FIRST | _NEGATED_SECOND | _SCALED_SECOND | {"diff", "index_add", "index_add_"}
 
 
+def _accumulates(args, kwargs) -> bool:
+    """``index_put_(indices, values, accumulate=True)``: a sum, not a copy."""
+    return bool(args[3] if len(args) > 3 else kwargs.get("accumulate", False))
+
+
 def _is_real(value) -> bool:
     """A plain number (Python or NumPy), not a bool."""
     return isinstance(value, Real) and not isinstance(value, bool)
@@ -932,6 +945,13 @@ def _signed_part(f: Tensor, sign: int, divides: bool) -> Tensor:
     if divides:
         f = f if f.is_floating_point() else f.to(torch.get_default_dtype())
         return torch.where(f > 0 if sign > 0 else f < 0, f, torch.full_like(f, math.inf))
+    if f.layout == torch.sparse_coo:  # a sparse factor: the part of its stored values
+        f = f.coalesce()
+        return torch.sparse_coo_tensor(f.indices(), _signed_part(f.values(), sign, False), f.shape, is_coalesced=True,
+                                       check_invariants=False)
+    if f.layout == torch.sparse_csr:
+        return torch.sparse_csr_tensor(f.crow_indices(), f.col_indices(), _signed_part(f.values(), sign, False),
+                                       f.shape, check_invariants=False)
     return f.clamp(min=0) if sign > 0 else f.clamp(max=0)
 
 
@@ -1342,6 +1362,8 @@ class RelevanceMode(TorchFunctionMode):
         found = self._factor_signs.get(key) if key is not None else None
         if found is None:
             v = _value_of(f)
+            if v.layout != torch.strided:  # a sparse factor (an adjacency in torch.sparse.mm): its stored values
+                v = v.coalesce().values() if v.is_sparse else v.values()
             low, high = torch.stack(torch.aminmax(v)).tolist() if v.numel() else (0, 0)
             found = [1] * (high > 0) + [-1] * (low < 0)
             if key is not None:
@@ -1773,7 +1795,11 @@ class RelevanceMode(TorchFunctionMode):
             out = _number_written(self, name, args, kwargs)
             if out is not NotImplemented:
                 return out
-        if name in _OUT_OF_PLACE and args and isinstance(args[0], Tensor) and self._maps and args[0] in self._maps:
+        if (name in _OUT_OF_PLACE or (name == "index_put_" and _accumulates(args, kwargs))) and args and \
+                isinstance(args[0], Tensor) and args[0].is_floating_point() and \
+                (not _carries(args[0]) or (self._maps and args[0] in self._maps)):
+            # arithmetic in place into a map end, or into a constant that a
+            # signal is added into (z = zeros(...); z.index_add_(0, i, h))
             return self._arithmetic_in_place(func, name, args, kwargs)
         kind = LINEAR_OPS.get(name)
         if kind is not None:
@@ -1883,15 +1909,36 @@ class RelevanceMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _arithmetic_in_place(self, func, name: str, args, kwargs):
-        """``h.mul_(a)``, ``h += b``, ``h.index_add_(...)`` into ``h =
-        args[0]``, the end of a linear map: the op runs out of place on a copy
-        of ``h`` (which continues the map, as ``h = h.mul(a)`` does), and its
-        result stands for ``h`` from now on (:meth:`_stands_for`). Running it
-        in place would overwrite values that the streams of the map share."""
+        """``h.mul_(a)``, ``h += b``, ``h.index_add_(...)``,
+        ``h.index_put_(..., accumulate=True)`` into ``h = args[0]``, the end
+        of a linear map or a constant: the op runs out of place (which
+        continues the map, as ``h = h.mul(a)`` does). Running it in place
+        would overwrite values that the streams of the map share, or leave
+        the sum it makes to autograd, which hands each term all of it.
+
+        Into a map end, the result stands for ``h`` from now on
+        (:meth:`_stands_for`). Into a constant (``z = zeros(...);
+        z.index_add_(0, batch, h)``, as PyG's ``scatter`` sums), ``h`` itself
+        becomes the result, copied in with its autograd history, and ends the
+        same map: the caller may go on with ``h`` or with the returned tensor,
+        and no later op needs substituting."""
         h = args[0]
+        fn = torch.index_put if name == "index_put_" else _OUT_OF_PLACE[name]
+        if not _carries(h):
+            out = self._route(fn, args, kwargs)
+            if not isinstance(out, Tensor) or out.shape != h.shape:
+                raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
+                                   f"{tuple(getattr(out, 'shape', ()))}, which cannot be written into the tensor of "
+                                   f"shape {tuple(h.shape)} it runs on.")
+            with torch.enable_grad():
+                h.copy_(out)
+            entry = self._maps.get(out)
+            if entry is not None:
+                self._maps[h] = entry
+            return h
         self._check_aliases(func, h)
         copy = self._route(torch.clone, (h,), {})
-        out = self._route(_OUT_OF_PLACE[name], (copy, *args[1:]), kwargs)
+        out = self._route(fn, (copy, *args[1:]), kwargs)
         if not isinstance(out, Tensor) or out.shape != h.shape:
             raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
                                f"{tuple(getattr(out, 'shape', ()))}, which cannot be written into the tensor of shape "
