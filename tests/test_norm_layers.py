@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch_geometric.nn
 from torch_geometric.nn import GCNConv
 from torch_geometric.nn.norm import GraphNorm, InstanceNorm, LayerNorm, PairNorm
 from torch_geometric.utils import erdos_renyi_graph, scatter
@@ -139,3 +140,46 @@ def test_convert_accepts_the_norm_layers_and_explains_alike(name):
         (relevance,) = mode.backward(out, seed, [leaf])
     explanation = lrp.explain(model, x, edge_index, index=3, rules=Epsilon(1e-6), subgraph=False)
     torch.testing.assert_close(relevance, explanation.node_mask, rtol=1e-9, atol=1e-12)
+
+
+class WithDiffGroupNorm(torch.nn.Module):
+    """``DiffGroupNorm`` (eval mode), ReLU, sum pooling, a Linear head;
+    ``frozen=True``: the same with the soft group assignment detached."""
+
+    def __init__(self, features=4, groups=3):
+        super().__init__()
+        self.norm = torch_geometric.nn.DiffGroupNorm(features, groups, lamda=0.5)
+        self.out = torch.nn.Linear(features, 2, bias=False)
+
+    def forward(self, x, edge_index, frozen=False):
+        if frozen:
+            n = self.norm
+            groups = n.lin(x).softmax(-1).detach()
+            grouped = n.norm((groups.unsqueeze(-1) * x.unsqueeze(-2)).view(x.shape[0], -1))
+            h = x + n.lamda * grouped.view(x.shape[0], n.groups, -1).sum(-2)
+        else:
+            h = self.norm(x)
+        return self.out(torch_geometric.nn.global_add_pool(torch.relu(h), None))
+
+
+def test_a_softmax_gate_inside_a_norm_layer_is_a_gate():
+    """``DiffGroupNorm`` multiplies the signal by a softmax of it: a gate,
+    held constant as in any product, so LRP-0 is gradient x input with the
+    assignment detached. Before, a product of two signals inside a norm layer
+    counted as a statistic: the whole normalised branch was held constant
+    and its relevance absorbed (node relevance 5.3 against 2.9, no warning)."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 4, dtype=torch.float64)
+    edge_index = torch.tensor([[i, (i + 1) % 8] for i in range(8)]).t()
+    model = WithDiffGroupNorm().double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p))
+        model.norm.norm.running_mean.normal_()
+        model.norm.norm.running_var.uniform_(0.5, 2.0)
+    model.eval()
+    torch.testing.assert_close(model(x, edge_index), model(x, edge_index, frozen=True))
+    explanation = lrp.explain(model, x, edge_index, rules=lrp.rules.Epsilon(0.0), target=torch.tensor([0]))
+    inputs = x.clone().requires_grad_()
+    model(inputs, edge_index, frozen=True)[0, 0].backward()
+    torch.testing.assert_close(explanation.node_mask, inputs * inputs.grad, rtol=1e-9, atol=1e-12)

@@ -1458,6 +1458,14 @@ class RelevanceMode(TorchFunctionMode):
             return entry[1][k]
         return maps.open_stream(t, None if stream.input is _same_input else stream.input)
 
+    def _gated_product(self, name: str, args) -> bool:
+        """``a * b`` with one factor a gate (a softmax or sigmoid output) and
+        the other not: inside a normalisation layer too (``DiffGroupNorm``'s
+        ``softmax(lin(x)) * x``) the gate rule of a product, not a statistic."""
+        if name not in ("mul", "__mul__") or len(args) < 2 or not (_carries(args[0]) and _carries(args[1])):
+            return False
+        return self.is_gate(args[0]) != self.is_gate(args[1])
+
     def is_gate(self, t: Tensor) -> bool:
         """``t`` is a sigmoid, softmax, tanh or exp output of this pass, seen through
         reshapes and broadcasts (``view``, ``unsqueeze``, ``expand``, ...)."""
@@ -1815,7 +1823,8 @@ class RelevanceMode(TorchFunctionMode):
         # A non-linear op (or the op-level Pass rule): the maps feeding it end
         # here (their outputs are already closed), parameters are constants.
         args, kwargs = _detach_parameters(args, kwargs, self._weights)
-        if (name in _STATISTICS and self._in_norm()) or (name in _NORMALISER_OPS and _in_normaliser()):
+        if (name in _STATISTICS and self._in_norm() and not self._gated_product(name, args)) or \
+                (name in _NORMALISER_OPS and _in_normaliser()):
             # Inside a normalisation layer, a non-linear op of the signal computes
             # a statistic (a variance, std or norm): held constant, a gate, as
             # LRP treats LayerNorm's std; centring and scaling stay linear.
