@@ -1305,3 +1305,30 @@ def test_a_softmax_factor_of_einsum_is_a_gate(rule):
         return (a[:, None] * h).sum(0)
 
     audited_alike(spelled, written, rule)
+
+
+class PoolsIntoABuffer(torch.nn.Module):
+    """Sums ``relu(x @ A)`` per group in place into a buffer of the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("pooled", torch.zeros(3, HID, dtype=DTYPE))
+
+    def forward(self, x, edge_index):
+        self.pooled.zero_()
+        self.pooled.index_add_(0, GROUPS, torch.relu(x @ A))
+        return self.pooled @ W
+
+
+def test_a_sum_in_place_into_a_buffer_leaves_the_buffer_without_history():
+    """A buffer of the model summed into in place gets the values, as the
+    model writes them, and no autograd history of the pass (a later plain
+    forward of the model would run into it); the explanation is the sum's."""
+    model = PoolsIntoABuffer()
+    edge_index = torch.empty(2, 0, dtype=torch.long)
+    explanation = lrp.explain(model, X, edge_index, index=0, rules=Epsilon(0.0), task_level="graph")
+    assert not model.pooled.requires_grad and model.pooled.grad_fn is None
+    inputs = X.clone().requires_grad_()
+    out = PoolsIntoABuffer()(inputs, edge_index)
+    out[0, out[0].argmax()].backward()
+    torch.testing.assert_close(explanation.node_mask, inputs * inputs.grad)

@@ -1149,6 +1149,7 @@ class RelevanceMode(TorchFunctionMode):
         self._params: dict = {}  # (id(parameter), modifier) -> modified parameter (the pass keeps the model alive)
         self._nonzero: dict = {}  # (id(parameter), modifier) -> whether that has a non-zero entry
         self._factor_signs: dict = {}  # id(parameter) -> the signs of its entries (signed rules)
+        self._buffers: Optional[set] = None  # ids of the model's buffers (_is_buffer), found when first needed
         # weights made of parameters in the forward (RGCNConv's weight[i], a basis
         # decomposition comp @ W): the rules modify them like the parameters
         self._weights = _ByIdentity()
@@ -1933,7 +1934,7 @@ class RelevanceMode(TorchFunctionMode):
         and no later op needs substituting."""
         h = args[0]
         fn = torch.index_put if name == "index_put_" else _OUT_OF_PLACE[name]
-        if not _carries(h):
+        if not _carries(h) and not self._is_buffer(h):
             out = self._route(fn, args, kwargs)
             if not isinstance(out, Tensor) or out.shape != h.shape:
                 raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
@@ -1954,6 +1955,13 @@ class RelevanceMode(TorchFunctionMode):
                                f"{tuple(h.shape)} it runs on.")
         value = out.detach()
         return self._stands_for(h, out, lambda t: t.copy_(value))
+
+    def _is_buffer(self, t: Tensor) -> bool:
+        """``t`` is a buffer of the model (found once per pass): written in
+        place, it gets the values, never an autograd history."""
+        if self._buffers is None:
+            self._buffers = {id(b) for b in self._model.buffers()} if self._model is not None else set()
+        return id(t) in self._buffers
 
     def _stands_for(self, h: Tensor, end: Tensor, write: Callable[[Tensor], Any]) -> Tensor:
         """``end`` (the result of an in-place write into ``h``, replayed)
