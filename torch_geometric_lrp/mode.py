@@ -1934,25 +1934,23 @@ class RelevanceMode(TorchFunctionMode):
         and no later op needs substituting."""
         h = args[0]
         fn = torch.index_put if name == "index_put_" else _OUT_OF_PLACE[name]
-        if not _carries(h) and not self._is_buffer(h):
+        into_constant = not _carries(h) and not self._is_buffer(h)
+        if into_constant:  # nothing shares its memory: the op reads it as it is
             out = self._route(fn, args, kwargs)
-            if not isinstance(out, Tensor) or out.shape != h.shape:
-                raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
-                                   f"{tuple(getattr(out, 'shape', ()))}, which cannot be written into the tensor of "
-                                   f"shape {tuple(h.shape)} it runs on.")
+        else:
+            self._check_aliases(func, h)
+            out = self._route(fn, (self._route(torch.clone, (h,), {}), *args[1:]), kwargs)
+        if not isinstance(out, Tensor) or out.shape != h.shape:
+            raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
+                               f"{tuple(getattr(out, 'shape', ()))}, which cannot be written into the tensor of shape "
+                               f"{tuple(h.shape)} it runs on.")
+        if into_constant:
             with torch.enable_grad():
                 h.copy_(out)
             entry = self._maps.get(out)
             if entry is not None:
                 self._maps[h] = entry
             return h
-        self._check_aliases(func, h)
-        copy = self._route(torch.clone, (h,), {})
-        out = self._route(fn, (copy, *args[1:]), kwargs)
-        if not isinstance(out, Tensor) or out.shape != h.shape:
-            raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
-                               f"{tuple(getattr(out, 'shape', ()))}, which cannot be written into the tensor of shape "
-                               f"{tuple(h.shape)} it runs on.")
         value = out.detach()
         return self._stands_for(h, out, lambda t: t.copy_(value))
 
