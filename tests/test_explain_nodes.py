@@ -101,6 +101,23 @@ def test_a_target_per_node_is_read_per_node_when_index_lists_every_node():
     torch.testing.assert_close(joint.target, per_node[order])
 
 
+@pytest.mark.parametrize("strategy", ["copies", "shared"])
+def test_a_target_per_row_is_read_per_row_in_a_batch_of_as_many_rows_as_nodes(strategy):
+    """``target`` with one class per explained row (``index`` has another
+    length than the graph has nodes) is read per row in every batch, also in
+    a batch of exactly ``N`` rows. Before, such a batch read it as one class
+    per node: its rows were explained for the classes of other rows."""
+    model = build("gcn")
+    logits = logits_of(model, "node")
+    index = torch.cat([torch.arange(N).flip(0), torch.tensor([2])])  # N + 1 rows: per row, not per node
+    target = other_target(logits, "multiclass_classification")[index].roll(1)
+    found = lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], index, target=target, batch_size=N,
+                              strategy=strategy)
+    assert [int(e.target) for e in found] == target.tolist()
+    for t, cls, ex in zip(index.tolist(), target.tolist(), found):
+        assert ex.score == pytest.approx(logits[t, cls].item(), rel=1e-5, abs=1e-6)
+
+
 @pytest.mark.parametrize("warm", [False, True])
 def test_explain_nodes_with_cached_gcn(warm):
     """Each batch is a new graph: neither the full graph's cached

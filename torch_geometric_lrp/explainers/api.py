@@ -395,6 +395,7 @@ def explain_nodes(
     # where index lists every node, in another order, so that both sizes fit)
     per_target = target is not None and target.dim() > 0 and target.shape[0] == index.numel() and \
         target.shape[0] != n
+    settings.target_per_row = per_target  # decided once: a batch of n rows is no per-node target
     _materialize(model, x, edge_index, kwargs)
     rank, world_size = shard.world(distributed)
     if world_size > 1:

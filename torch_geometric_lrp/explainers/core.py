@@ -80,6 +80,10 @@ class Settings:
     # The length of ``index`` where it is a boolean mask (targets.mask_rows),
     # checked against the output's rows once the forward has run.
     index_mask_rows: Optional[int] = None
+    # ``target`` holds one entry per explained row, as the caller decided for
+    # the whole call (explain_nodes): never read per output row, even where a
+    # batch has as many rows as the graph has nodes.
+    target_per_row: bool = False
 
 
 @dataclass
@@ -479,7 +483,8 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
             raise ValueError(f"index: row {int(rows.max())} is out of range for an output of "
                              f"{out.shape[0]} rows.")
         target = check_target(target, mode)
-        return _relevance_at(p, out, rows, rows, out.shape[0], target, level, mode, return_type)
+        return _relevance_at(p, out, rows, rows, None if settings.target_per_row else out.shape[0], target, level,
+                             mode, return_type)
 
 
 def full_output(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
@@ -620,7 +625,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             return None
         check_mask_rows(settings.index_mask_rows, n)
         target = check_target(target, mode)
-        seed, target = seed_of(p.logits, c.index, rows, n, target, mode)
+        seed, target = seed_of(p.logits, c.index, rows, None if settings.target_per_row else n, target, mode)
         if isinstance(check, Exception):
             fall_back(model, f"its forward failed on the full graph ({check})" if context is None else
                       f"its forward failed with unrelated nodes added to the subgraph ({check})")

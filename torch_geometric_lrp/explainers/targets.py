@@ -271,22 +271,26 @@ def infer_return_type(out: Tensor, mode: ModelMode, activated: bool) -> ModelRet
     return ModelReturnType.probs
 
 
-def _per_row(target: Tensor, rows: Tensor, num_rows: int, width: int) -> Tensor:
+def _per_row(target: Tensor, rows: Tensor, num_rows: Optional[int], width: int) -> Tensor:
     """``target`` for the explained ``rows``: it holds one entry (or one per
-    label, ``width``, possibly flattened) per output row or per explained row."""
+    label, ``width``, possibly flattened) per output row or per explained row
+    (only the latter where ``num_rows`` is ``None``: the caller knows)."""
     target = target.to(rows.device)
     for size, pick in ((num_rows, True), (rows.numel(), False)):
+        if size is None:
+            continue
         if tuple(target.shape) in ((size,), (size, 1)) if width == 1 else \
                 tuple(target.shape) == (size, width) or (target.dim() == 1 and target.numel() == size * width):
             target = target.reshape(size, width)
             return target[rows] if pick else target
     raise ValueError(
-        f"target: expected one entry per output row ({num_rows}) or per explained row ({rows.numel()})"
+        (f"target: expected one entry per output row ({num_rows}) or per explained row ({rows.numel()})"
+         if num_rows is not None else f"target: expected one entry per explained row ({rows.numel()})")
         + (f", times {width} labels" if width > 1 else "") + f"; got shape {tuple(target.shape)}."
     )
 
 
-def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: int, target: Optional[Tensor],
+def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: Optional[int], target: Optional[Tensor],
             mode: ModelMode) -> tuple[Tensor, Tensor]:
     """The seed on an output with ``logits``, at its rows ``place``, for
     the explained rows ``rows`` of an output of ``num_rows`` rows (the full
