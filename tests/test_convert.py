@@ -519,3 +519,21 @@ def test_module_rows_count_what_enters_from_outside():
     assert rows["block.b"].entering == pytest.approx(report.seed, rel=1e-6)
     assert rows["block.a"].entering == pytest.approx(report.seed, rel=1e-5)
     assert report.conserved(1e-5), str(report)
+
+
+@pytest.mark.parametrize("rule", [R.Epsilon(0.0), R.Epsilon(0.5)], ids=["lrp0", "epsilon"])
+def test_a_module_that_loses_or_keeps_relevance_shows_it_in_its_gap(rule):
+    """Relevance at an output with ``z = 0`` (no contribution) is lost, and a
+    stabiliser keeps some: both happen at the end of the module's own map,
+    so they entered the module, and its gap is what it lost and kept. Before,
+    ``entering`` was measured after them: a ``Linear`` that lost 15 of a
+    seed of 36 showed entering 21, gap 0."""
+    layer = torch.nn.Linear(3, 2, bias=False).double()
+    x = torch.rand(4, 3, dtype=torch.float64)
+    x[3] = 0.0  # its outputs are exactly 0: their relevance is lost
+    seed = torch.arange(1.0, 9.0, dtype=torch.float64).view(4, 2)
+    report = lrp.check_conservation(torch.nn.Sequential(layer), x, seed=seed, rules={torch.nn.Module: rule})
+    (row,) = [r for r in report.layers if r.name == "0"]
+    assert row.entering == pytest.approx(float(seed.sum()), rel=1e-9)
+    assert row.gap == pytest.approx(report.lost + report.absorbed, rel=1e-9)
+    assert report.lost == pytest.approx(float(seed[3].sum()), rel=1e-9)

@@ -9,7 +9,10 @@ from torch import Tensor
 
 from .audit import RelevanceAudit
 from .convert import convert
+from .maps import _Close
 from .mode import current_mode, relevance_pass
+
+_CLOSE = _Close._backward_cls  # the backward node of a map's end
 
 __all__ = ["check_conservation", "ConservationReport", "LayerRelevance"]
 
@@ -173,6 +176,10 @@ def check_conservation(
                 if isinstance(a, Tensor) and a.requires_grad and mode is not None:
                     a = mode.alias(a)
                     mode.relevance_hook(a, lambda r: _add(name, "entering", r))
+                    if type(a.grad_fn) is _CLOSE:
+                        # the end of a map: what its stabiliser keeps and what it
+                        # loses (outputs with z = 0) entered the module too
+                        a.grad_fn.kept = lambda r: _add(name, "entering", r)
                 elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
                     a = type(a)(alias(v) for v in a)
                 return a

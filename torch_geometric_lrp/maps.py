@@ -125,6 +125,7 @@ class _Close(Function):
         ctx.shared = len(outputs) == 2 and outputs[0] is outputs[1]
         ctx.save_for_backward(*outputs)
         ctx.copies = None  # set by unshare
+        ctx.kept = None  # set by check_conservation: told what this end keeps (stabiliser, lost), as a scalar
         return value.detach()
 
     @staticmethod
@@ -136,6 +137,8 @@ class _Close(Function):
             passed = _booked(outputs[0], grads[0] + grads[1]) if ctx.shared else \
                 sum(_booked(z, g) for z, g in zip(outputs, grads))
             audit.record("stabilizer", relevance, dropped, [passed], lost=lost)
+            if ctx.kept is not None:
+                ctx.kept(relevance.sum() - passed)
         return (None, None, *grads)
 
 
