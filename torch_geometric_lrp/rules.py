@@ -184,8 +184,9 @@ class Rule:
       both opened at :math:`x`: :math:`z' = f(z)` and
       :math:`z_\uparrow' = f^+ z_\uparrow + f^- (z - z_\uparrow)`, a bias
       adds :math:`b` and :math:`b^+`. The first stream is the map's own
-      value, so no run is spent on it, and an op whose factors have one sign
-      runs twice.
+      value, so no run is spent on it: an op whose factors have one sign
+      runs twice, and once where every path so far counts up (the two
+      streams are then one tensor).
     """
 
     signed = False
