@@ -34,3 +34,118 @@ def test_route_in_any_order_with_repeated_pairs():
     assert pairs == {0: 3, 1: 0, 2: 1, 3: 2}  # repeated pairs matched in order
     assert r.loop.tolist() == [5] and r.loop_node.tolist() == [2]  # only loops that are not input edges
     assert r.other.tolist() == [4]
+
+
+# ---------------------------------------------------------------------------
+# Messages over pairs that are no edges of the graph
+# ---------------------------------------------------------------------------
+
+import warnings  # noqa: E402
+
+import pytest  # noqa: E402
+from torch_geometric.nn import GraphConv, MessagePassing  # noqa: E402
+from torch_geometric.utils import to_undirected  # noqa: E402
+
+import torch_geometric_lrp as lrp  # noqa: E402
+
+DTYPE = torch.float64
+
+
+class SumInto(MessagePassing):
+    """Sums node features into one node per graph, over pairs ``(i, batch[i])``
+    (the shape of AttentiveFP's molecule-level attention)."""
+
+    def __init__(self):
+        super().__init__(aggr="add")
+
+    def forward(self, x, batch):
+        pairs = torch.stack([torch.arange(x.shape[0]), batch])
+        out = x.new_zeros(int(batch.max()) + 1, x.shape[1])
+        return self.propagate(pairs, x=(x, out))
+
+    def message(self, x_j):
+        return x_j
+
+
+class Readout(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GraphConv(3, 4, bias=False)
+        self.readout = SumInto()
+        self.head = torch.nn.Linear(4, 2, bias=False)
+
+    def forward(self, x, edge_index, batch, edge_weight=None):
+        return self.head(self.readout(self.conv(x, edge_index, edge_weight).relu(), batch))
+
+
+def test_a_readout_into_one_node_per_graph_is_on_no_edge():
+    """Pairs (i, batch[i]) that coincide with input edges (1 -> 0, 2 -> 0) or a
+    self-loop (0 -> 0) are a readout, not the graph's edges: edge_mask holds
+    only the graph layer's messages. Reference: LRP-0 on this bias-free ReLU
+    model is gradient x input, so edge relevance is the gradient of a
+    multiplier on each edge's message (GraphConv's edge_weight)."""
+    torch.manual_seed(0)
+    model = Readout().to(DTYPE)
+    x = torch.rand(4, 3, dtype=DTYPE)
+    edge_index = torch.tensor([[1, 2, 3, 0], [0, 0, 2, 3]])
+    batch = torch.zeros(4, dtype=torch.long)
+    with pytest.warns(RuntimeWarning, match="into other nodes than the graph's"):
+        e = lrp.explain(model, x, edge_index, batch=batch, index=0, target=1, rules=lrp.rules.Epsilon(0.0))
+    m = torch.ones(edge_index.shape[1], dtype=DTYPE, requires_grad=True)
+    score = model(x, edge_index, batch, m)[0, 1]
+    reference, = torch.autograd.grad(score, m)
+    torch.testing.assert_close(e.edge_mask, reference, rtol=1e-9, atol=1e-12)
+    assert e.self_loop_relevance.abs().max() < 1e-12  # the pair 0 -> 0 is no self-loop
+    assert abs(float(e.node_mask.sum()) - score.item()) < 1e-9  # the readout's relevance is in the nodes
+
+
+class Symmetrised(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = GraphConv(3, 2, bias=False)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, to_undirected(edge_index))
+
+
+def test_messages_over_edges_the_model_builds_warn_with_their_relevance():
+    """to_undirected inside the forward: the reversed pairs' messages are no
+    input edges; edge_mask keeps the input edges' relevance and a warning
+    gives what is not in it (the reversed edges' gradient x input)."""
+    torch.manual_seed(0)
+    model = Symmetrised().to(DTYPE)
+    x = torch.rand(3, 3, dtype=DTYPE)
+    edge_index = torch.tensor([[0, 1], [1, 2]])
+    with pytest.warns(RuntimeWarning, match="neither input edges nor self-loops") as record:
+        e = lrp.explain(model, x, edge_index, index=1, target=0, rules=lrp.rules.Epsilon(0.0))
+    full = to_undirected(edge_index)
+    m = torch.ones(full.shape[1], dtype=DTYPE, requires_grad=True)
+    score = model.conv(x, full, m)[1, 0]
+    per_pair, = torch.autograd.grad(score, m)
+    pairs = {tuple(p): float(r) for p, r in zip(full.t().tolist(), per_pair)}
+    assert e.edge_mask.tolist() == pytest.approx([pairs[(0, 1)], pairs[(1, 2)]], rel=1e-9, abs=1e-12)
+    missing = pairs[(1, 0)] + pairs[(2, 1)]
+    assert abs(missing) > 1e-3
+    assert f"{missing:.3g}" in str(record[0].message)
+
+
+def test_every_message_on_an_input_edge_does_not_warn():
+    torch.manual_seed(0)
+    model = Symmetrised().to(DTYPE)
+    x = torch.rand(3, 3, dtype=DTYPE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lrp.explain(model, x, to_undirected(torch.tensor([[0, 1], [1, 2]])), index=1, target=torch.tensor([0]))
+
+
+def test_one_number_is_the_target_of_every_explained_row():
+    torch.manual_seed(0)
+    model = Symmetrised().to(DTYPE)
+    x = torch.rand(3, 3, dtype=DTYPE)
+    edge_index = to_undirected(torch.tensor([[0, 1], [1, 2]]))
+    for index in (1, [0, 2]):
+        one = lrp.explain(model, x, edge_index, index=index, target=1)
+        rows = torch.tensor([index]).view(-1)
+        each = lrp.explain(model, x, edge_index, index=index, target=torch.ones(rows.numel(), dtype=torch.long))
+        assert one.target.tolist() == [1] * rows.numel()
+        torch.testing.assert_close(one.node_mask, each.node_mask, rtol=0, atol=0)

@@ -298,6 +298,7 @@ class Pass:
                               f"type's edges match its own), so {self._edges.unrouted:.3g} of relevance is missing "
                               f"from edge_mask; the node masks are complete. Give each edge type its own tensor, or "
                               f"register the layer per edge type (HeteroConv).", RuntimeWarning, stacklevel=3)
+            self._warn_unmatched(seed)
             return node, edge_attr, audit.lost, audit.absorbed
         with RelevanceAudit() as audit:
             node, edge_attr, *found = self.mode.backward(
@@ -307,7 +308,26 @@ class Pass:
             if any(name == "edge_attr" for name, _, _ in lookups):  # an integer edge_attr, looked up
                 source = next(t for name, t in self.mode._sources if name == "edge_attr")
                 edge_attr = _categorical(source, "edge_attr", lookups, found)[0]
+        self._warn_unmatched(seed)
         return node, edge_attr, audit.lost, audit.absorbed
+
+    def _warn_unmatched(self, seed: Tensor) -> None:
+        """Warns where messages over edges the model built itself (neither
+        input edges nor self-loops) carried relevance: ``edge_mask`` has no
+        entry for them, so it would not add up to what the layers passed on."""
+        edges = self._edges
+        if edges is None or not edges.unmatched_layers:
+            return
+        magnitude = edges.unmatched_magnitude
+        if magnitude <= 1e-6 * float(seed.detach().abs().sum()):
+            return
+        layers = ", ".join(dict.fromkeys(edges.unmatched_layers))
+        warnings.warn(f"LRP: messages of {layers} in {type(unwrap(self.model)).__name__} went over edges that are "
+                      f"neither input edges nor self-loops (edges the model builds itself, e.g. with to_undirected "
+                      f"or knn_graph, or pairs into other nodes than the graph's, as AttentiveFP's readout into "
+                      f"one node per graph); their relevance ({edges.unmatched:.3g}, magnitude {magnitude:.3g}) is in the "
+                      f"node masks but has no entry in edge_mask. Pass the edges the model propagates over as "
+                      f"edge_index to see it per edge.", RuntimeWarning, stacklevel=4)
 
     @property
     def _dtype(self) -> torch.dtype:

@@ -129,8 +129,11 @@ class EdgeRelevance:
                       for key, e in self._inputs.items()}
         counts = num_nodes if self.hetero else {None: num_nodes}
         self._loops = {key: torch.zeros(n, dtype=torch.float64, device=device) for key, n in counts.items()}
-        # relevance of messages over edges neither in the input nor self-loops
+        # relevance of messages over edges neither in the input nor self-loops,
+        # and the sum of its magnitudes (a sum of both signs can cancel)
         self._unmatched = torch.zeros((), dtype=torch.float64, device=device)
+        self._unmatched_abs = torch.zeros((), dtype=torch.float64, device=device)
+        self.unmatched_layers: list[str] = []
         # relevance of messages that no input edge type could be told for (heterogeneous graphs)
         self._unrouted = torch.zeros((), dtype=torch.float64, device=device)
         self.unrouted_layers: list[str] = []
@@ -139,6 +142,9 @@ class EdgeRelevance:
         self._edge_type_of = _registered_edge_types(model, self._inputs) if self.hetero else {}
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
+        self._into: dict[int, dict] = {}
+        self._bipartite: dict[int, bool] = {}
+        self._num_nodes = None if self.hetero else num_nodes
         self._last: Optional[tuple[Tensor, list]] = None
         self._sorted: Optional[SortedEdges] = None
 
@@ -149,6 +155,8 @@ class EdgeRelevance:
         self._edge = {key: torch.zeros_like(v) for key, v in self._edge.items()}
         self._loops = {key: torch.zeros_like(v) for key, v in self._loops.items()}
         self._unmatched = torch.zeros_like(self._unmatched)
+        self._unmatched_abs = torch.zeros_like(self._unmatched_abs)
+        self.unmatched_layers = []
         self._unrouted = torch.zeros_like(self._unrouted)
 
     @property
@@ -161,7 +169,15 @@ class EdgeRelevance:
 
     @property
     def unmatched(self) -> float:
+        """Relevance of messages over edges that are neither input edges nor
+        self-loops (edges the model built itself: ``to_undirected``, a k-NN
+        graph): missing from :attr:`edge` and :attr:`self_loops`."""
         return self._unmatched.item()
+
+    @property
+    def unmatched_magnitude(self) -> float:
+        """The sum of :attr:`unmatched`'s magnitudes, message by message."""
+        return self._unmatched_abs.item()
 
     @property
     def unrouted(self) -> float:
@@ -191,6 +207,8 @@ class EdgeRelevance:
                 self._hooks.append(layer.register_forward_pre_hook(self._remember_inputs, with_kwargs=True))
             self._hooks.append(layer.register_propagate_forward_pre_hook(self._remember_edges))
             self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
+            if not self.hetero:
+                self._hooks.append(layer.register_aggregate_forward_pre_hook(self._check_destinations))
 
     def _discover(self, module, inputs):
         if isinstance(module, MessagePassing) and threading.get_ident() == self._thread:
@@ -222,6 +240,13 @@ class EdgeRelevance:
         if threading.get_ident() != self._thread:  # another thread runs the same layer
             return None
         edge_index = inputs[0]
+        if not self.hetero:  # from one node set into another (a tuple of two sizes), see _check_destinations
+            size, kwargs = (inputs[1], inputs[2]) if len(inputs) > 2 else (None, {})
+            sizes = [tuple(v[k].shape[layer.node_dim] if isinstance(v[k], Tensor) else None for k in (0, 1))
+                     for v in (kwargs or {}).values() if isinstance(v, (tuple, list)) and len(v) == 2]
+            if isinstance(size, (tuple, list)) and len(size) == 2:
+                sizes.append(tuple(size))
+            self._bipartite[id(layer)] = any(a is not None and b is not None and a != b for a, b in sizes)
         self._current[id(layer)] = edge_index if isinstance(edge_index, Tensor) and not edge_index.is_sparse \
             and edge_index.layout == torch.strided else None
 
@@ -274,6 +299,29 @@ class EdgeRelevance:
         empty = edges.new_empty(0)
         return [(None, Routing(empty, empty, empty, empty, everything))]
 
+    def _check_destinations(self, layer, inputs):
+        """Notes where a layer aggregates its messages into other nodes than
+        the graph's: more nodes than it has, or, from one node set, into
+        another of another size (``AttentiveFP``'s molecule-level attention
+        propagates from the atoms into one node per graph, over pairs
+        ``(i, batch[i])``). Those pairs are no edges of the graph, even where
+        one equals an input edge or a self-loop."""
+        if threading.get_ident() != self._thread:
+            return None
+        into = self._into.get(id(layer))
+        dim_size = inputs[0].get("dim_size") if inputs and isinstance(inputs[0], dict) else None
+        if into is not None and isinstance(dim_size, int) and dim_size != self._num_nodes:
+            # fewer nodes from the same set: PyG's trim_to_layer (a prefix of the graph's nodes, whose
+            # messages are input edges); more, or another set than the sources: not the graph's nodes
+            into["other"] = dim_size > self._num_nodes or self._bipartite.get(id(layer), False)
+        return None
+
+    def _book_unmatched(self, layer, relevance: Tensor) -> None:
+        if relevance.numel():
+            self._unmatched += relevance.sum()
+            self._unmatched_abs += relevance.abs().sum()
+            self.unmatched_layers.append(type(layer).__name__)
+
     def _watch_messages(self, layer, inputs, messages):
         if threading.get_ident() != self._thread:
             return None
@@ -283,10 +331,14 @@ class EdgeRelevance:
         with torch._C.DisableTorchFunction():  # bookkeeping: no relevance rules needed
             located = self._locate(layer, edges)
         node_dim = layer.node_dim % messages.dim()
+        into = self._into[id(layer)] = {}  # the aggregation's node count, told by _check_destinations
 
         def collect(relevance: Tensor) -> None:
             dims = [d for d in range(relevance.dim()) if d != node_dim]
             per_message = (relevance.sum(dim=dims) if dims else relevance).double()
+            if into.get("other"):  # into other nodes than the graph's (a readout): on no input edge
+                self._book_unmatched(layer, per_message)
+                return
             for key, routing in located:
                 if key is None and self.hetero:  # matched no input edge type
                     self._unrouted += per_message[routing.other].sum()
@@ -297,11 +349,11 @@ class EdgeRelevance:
                 else:
                     edge.index_add_(0, routing.edge, per_message[routing.message])
                 if self.hetero and key[0] != key[2]:  # between two node types, i -> i is no self-loop
-                    self._unmatched += per_message[routing.loop].sum()
+                    self._book_unmatched(layer, per_message[routing.loop])
                 else:
                     loops = self._loops[key[2] if self.hetero else None]
                     loops.index_add_(0, routing.loop_node, per_message[routing.loop])
-                self._unmatched += per_message[routing.other].sum()
+                self._book_unmatched(layer, per_message[routing.other])
 
         mode = current_mode()
         if mode is not None:

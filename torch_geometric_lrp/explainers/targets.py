@@ -274,8 +274,11 @@ def infer_return_type(out: Tensor, mode: ModelMode, activated: bool) -> ModelRet
 def _per_row(target: Tensor, rows: Tensor, num_rows: Optional[int], width: int) -> Tensor:
     """``target`` for the explained ``rows``: it holds one entry (or one per
     label, ``width``, possibly flattened) per output row or per explained row
-    (only the latter where ``num_rows`` is ``None``: the caller knows)."""
+    (only the latter where ``num_rows`` is ``None``: the caller knows); a
+    single number (one label) is every explained row's."""
     target = target.to(rows.device)
+    if target.dim() == 0 and width == 1:
+        return target.expand(rows.numel(), 1)
     for size, pick in ((num_rows, True), (rows.numel(), False)):
         if size is None:
             continue
