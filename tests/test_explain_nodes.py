@@ -216,3 +216,22 @@ def test_explain_nodes_falls_back_for_a_model_that_is_not_local(batch_size):
         torch.testing.assert_close(ex.node_mask, full.node_mask)
         assert ex.score == pytest.approx(full.score, rel=1e-5)
         assert_conserved(ex)
+
+
+def test_a_graph_level_model_is_refused_with_the_graphs_own_numbers():
+    """The error counts the rows and nodes of the graph the user passed, not
+    those of the targets' batched subgraph copies."""
+    from torch_geometric.nn import GCNConv, global_mean_pool
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = GCNConv(3, 4), torch.nn.Linear(4, 2)
+
+        def forward(self, x, edge_index, batch=None):
+            return self.head(global_mean_pool(self.conv(x, edge_index).relu(), batch))
+
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(19, 3), torch.randint(0, 19, (2, 40))
+    with pytest.raises(ValueError, match=r"task_level: .* gave 1 rows for the graph's 19 nodes\. .*lrp\.explain"):
+        lrp.explain_nodes(Pooled(), x, edge_index)

@@ -638,8 +638,11 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         if not rows_per_node:
             if settings.task_level is None:
                 return None  # not node-level
+            whole = n if context is None else context.num_nodes
+            gave = f"{check.shape[0]} rows for the graph's {whole} nodes" if isinstance(check, Tensor) and \
+                check.shape[0] != whole else f"{out.shape[0]} rows for the {c.num_nodes} nodes of the targets' subgraphs"
             raise ValueError(f"task_level: node-level explanations need one output row per node; the model gave "
-                             f"{out.shape[0]} rows for {c.num_nodes} nodes.")
+                             f"{gave}. Explain a graph- or edge-level model with lrp.explain or PyG's Explainer.")
         level, mode, return_type = resolve_task(p, settings, c.num_nodes, run.edge_index, inputs)
         if level != ModelTaskLevel.node:
             return None
