@@ -504,6 +504,66 @@ def test_learned_edge_weights_with_added_self_loops_book_the_loop_constants():
     assert abs(float(explanation.absorbed)) > 1e-6  # the loop weights take a part
 
 
+class FAFrozen(pyg_nn.FAConv):
+    """FAConv with its tanh attention detached: the twin whose gradient x
+    input is LRP-0 with the attention held constant."""
+
+    def message(self, x_j, alpha_j, alpha_i, edge_weight):
+        alpha = (alpha_j + alpha_i).tanh().squeeze(-1).detach()
+        return x_j * (alpha * edge_weight).view(-1, 1)
+
+
+class OnTwo(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x, edge_index):
+        return self.conv(x, x, edge_index)
+
+
+def test_a_gate_times_a_constant_is_a_gate():
+    """FAConv's message is ``x_j * (dropout(tanh(.)) * w)``: the tanh gate is
+    multiplied by the GCN weight (and dropped out) before it meets ``x_j``,
+    and stays a gate; before, the product split relevance half and half onto
+    the attention logits (0.47 off on a 5-node graph)."""
+    torch.manual_seed(0)
+    conv = pyg_nn.FAConv(8, eps=0.3, add_self_loops=True).double().eval()
+    with torch.no_grad():
+        for parameter in conv.parameters():
+            parameter.copy_(torch.randn(parameter.shape))
+    x, edge_index, _ = graph(seed=1)
+    x = x.abs()
+    explanation = lrp.explain(OnTwo(conv), x, edge_index, index=torch.arange(3), target=torch.tensor([1, 0, 2]),
+                              rules=lrp.rules.Epsilon(0.0), subgraph=False)
+    frozen = FAFrozen(8, eps=0.3, add_self_loops=True).double().eval()
+    frozen.load_state_dict(conv.state_dict())
+    xx = x.clone().requires_grad_(True)
+    out = OnTwo(frozen)(xx, edge_index)
+    score = out[0, 1] + out[1, 0] + out[2, 2]
+    reference = xx * torch.autograd.grad(score, xx)[0]
+    torch.testing.assert_close(explanation.node_mask, reference.detach(), rtol=1e-9, atol=1e-12)
+
+
+def test_a_sum_of_gates_times_weights_is_a_gate():
+    """GMMConv(separate_gaussians=True) sums its exp kernels times weights
+    ``g`` over the kernels before they meet ``x_j``: the kernel is a gate of
+    ``edge_attr`` alone, so ``x`` takes all of a bias-free layer's score and
+    ``edge_attr`` none; before, ``x`` got half."""
+    torch.manual_seed(0)
+    conv = pyg_nn.GMMConv(8, 6, dim=3, kernel_size=2, separate_gaussians=True, bias=False)
+    conv = conv.double().eval()
+    x, edge_index, kwargs = graph(3, seed=2)
+    explanation = lrp.explain(conv, x, edge_index, index=torch.arange(4), target=torch.tensor([0, 1, 2, 3]),
+                              rules=lrp.rules.Epsilon(0.0), subgraph=False, **kwargs)
+    xx = x.clone().requires_grad_(True)
+    out = conv(xx, edge_index, **kwargs)
+    score = sum(out[i, i] for i in range(4))
+    reference = xx * torch.autograd.grad(score, xx)[0]
+    torch.testing.assert_close(explanation.node_mask, reference.detach(), rtol=1e-9, atol=1e-12)
+    assert float(explanation.edge_attr_mask.abs().max()) < 1e-12
+
+
 class ScalesInPlace(pyg_nn.GCNConv):
     """A GCN layer that scales its output in place and drops the result, as
     PyG's ``GCN2Conv`` does."""

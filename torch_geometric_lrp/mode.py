@@ -725,6 +725,8 @@ _OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
 # Activations whose outputs are gates when they multiply another signal
 # (weights in [0, 1], [-1, 1] or positive: gates, attention, pooling scores, kernels).
 _GATES = (F.softmax, torch.sigmoid, torch.exp, torch.tanh, torch.rsqrt, torch.reciprocal)
+# Identities on a gate's values (FAConv drops out its tanh attention): still a gate.
+_GATE_KEEPING = (F.dropout, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, torch.nan_to_num)
 # Autograd nodes of reshapes that keep the order of elements.
 _ORDER_KEEPING = frozenset({"ViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward",
                             "CloneBackward", "UnsafeViewBackward", "AliasBackward"})
@@ -741,7 +743,7 @@ def _pass(fn):
         out = R.activation(input, lambda x, *a: fn(x, *a, **kwargs), *args)
         if fn in _OUTPUT_ACTIVATIONS:
             mode._pre_activation[out.grad_fn] = input
-        if fn in _GATES:
+        if fn in _GATES or (fn in _GATE_KEEPING and mode._gates and mode.is_gate(input)):
             mode._gates.add(out.grad_fn)
         return out
     return handler
@@ -1319,6 +1321,17 @@ class RelevanceMode(TorchFunctionMode):
             # (With a constant operand, as in cat([x, degree]), it is part of a map
             # so that what the constant absorbs is measured.)
             return NotImplemented
+        if self._gates and all(self.is_gate(t) for t, r in operands if r == "signal"):
+            # a gate times constants, summed or joined with gates (FAConv's tanh(.) * w, GMMConv's
+            # sum_k exp(.) g_k): still a gate of the products it enters, held constant there as the
+            # gates it is made of would be
+            out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
+            if isinstance(out, Tensor) and out.grad_fn is not None:
+                self._gates.add(out.grad_fn)
+            return out
+        return self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
+
+    def _linear_op_of_signals(self, name, fn, kind, rule, args, kwargs, keyed, operands):
         if rule.signed:
             return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands])
         streams = rule.streams()
