@@ -1,8 +1,8 @@
 """``lrp.convert``: an LRP-ready model that shares the original's parameters.
 
 The converted model is a copy of the module tree whose modules hold the very
-same ``Parameter`` and buffer objects as the original (training one trains
-both), with PyG layers swapped for their :mod:`torch_geometric_lrp.nn`
+same ``Parameter`` and buffer objects as the original, in the same dicts
+(training one trains both; ``.to()`` on either moves both), with PyG layers swapped for their :mod:`torch_geometric_lrp.nn`
 subclasses and a *composite* (which rule each module's weighted ops use)
 attached. The original is never modified: no class swap, no hook, no flag.
 """
@@ -103,16 +103,27 @@ def _is_supported(module: torch.nn.Module, extra: tuple) -> bool:
     return root not in ("torch", "torch_geometric", "torch_scatter", "torch_sparse")
 
 
-def _share_copy(module: torch.nn.Module) -> torch.nn.Module:
-    """A new module object holding the same parameters and buffers."""
-    new = copy.copy(module)
+#: Dicts of a module that its copy shares with it, so that what replaces a
+#: parameter or buffer object (``.to()``, ``.double()``, ``.cuda()`` replace
+#: buffers; ``load_state_dict(assign=True)`` parameters) does so in both.
+_SHARED_DICTS = ("_parameters", "_buffers")
+
+
+def _share_copy(module: torch.nn.Module, memo: Optional[dict] = None) -> torch.nn.Module:
+    """A new module object holding the same parameters and buffers (the
+    same dicts of them); a module registered under several names (weights
+    tied by ``ModuleList([conv] * 3)``) is copied once, as it is one module."""
+    memo = {} if memo is None else memo
+    if id(module) in memo:
+        return memo[id(module)]
+    new = memo[id(module)] = copy.copy(module)
     state = new.__dict__
     for key, value in list(state.items()):
-        if isinstance(value, dict):  # _parameters, _buffers, _modules, hook dicts, ...
+        if isinstance(value, dict) and key not in _SHARED_DICTS:  # _modules, hook dicts, ...
             state[key] = copy.copy(value)
         elif inspect.ismethod(value) and value.__self__ is module:  # bound to the original
             state[key] = value.__func__.__get__(new)
-    new._modules = {name: None if child is None else _share_copy(child)
+    new._modules = {name: None if child is None else _share_copy(child, memo)
                     for name, child in module._modules.items()}
     if type(module) in LRP_LAYERS:
         new.__class__ = LRP_LAYERS[type(module)]
@@ -126,7 +137,8 @@ def _clear_explainer_state(layer: MessagePassing) -> None:
     ``explain`` flag and ``_edge_mask`` slots), on our copy only."""
     if layer._explain:
         layer.explain = False
-    layer._parameters.pop("_edge_mask", None)
+    if "_edge_mask" in layer._parameters:  # the copy's own dict then: the original keeps its mask
+        layer._parameters = {k: v for k, v in layer._parameters.items() if k != "_edge_mask"}
     layer.__dict__.update(_edge_mask=None, _loop_mask=None, _explain=None)
 
 
@@ -296,6 +308,14 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     graph_layers = _layers(named)
     modules = dict(named)
     unmatched = [k for k in by_name if k not in modules and not any(fnmatch.fnmatchcase(n, k) for n in modules)]
+    aliases = {n: m for n, m in model.named_modules(remove_duplicate=False) if n in unmatched}
+    if aliases:  # a module registered under several names has one rule: key it by its first name
+        first = {id(m): n for n, m in reversed(named)}
+        name, module = next(iter(aliases.items()))
+        raise ValueError(
+            f"rules: {name!r} is the module {first.get(id(module), '?')!r} registered under a second name (one "
+            f"module, its weights tied); a module has one rule, so key it by {first.get(id(module), '?')!r}, "
+            f"the name model.named_modules() gives it.")
     if unmatched:  # a misspelt name would leave its module on the default, silently
         names = [repr(n) for n in modules if n][:8]
         raise ValueError(
