@@ -377,3 +377,46 @@ def test_index_is_a_set_of_rows():
     once = lrp.explain(model, x, edge_index, index=torch.tensor([3]))
     assert_same_explanation(twice, once)
     assert once.score != 0
+
+
+class SelectedProbability(torch.nn.Module):
+    """A binary node classifier returning ``sigmoid(z)[:, 0]`` (or a part of a softmax)."""
+
+    def __init__(self, classes=1):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+        self.conv, self.lin, self.classes = GCNConv(5, 8, bias=False), torch.nn.Linear(8, classes, bias=False), classes
+
+    def logits(self, x, edge_index):
+        return self.lin(self.conv(x, edge_index).relu())
+
+    def forward(self, x, edge_index):
+        z = self.logits(x, edge_index)
+        return torch.sigmoid(z)[:, 0] if self.classes == 1 else torch.softmax(z, -1)[:, 1]
+
+
+def test_relevance_starts_at_the_logit_under_a_selection_that_keeps_every_element():
+    """``sigmoid(z)[:, 0]`` of a ``[N, 1]`` logit is ``sigmoid(z[:, 0])``: the
+    seed is the logit (``-z`` for label 0), found through the selection.
+    Before, the probability was seeded (score -0.46 for a logit of -0.16) and
+    lrp.explain read the output as raw, every row of label 1."""
+    torch.manual_seed(1)
+    model = SelectedProbability().double()
+    x, edge_index = torch.randn(20, 5, dtype=torch.float64), torch.randint(0, 20, (2, 50))
+    z = model.logits(x, edge_index)[:, 0].detach()
+    i = int(z.argmin())
+    assert z[i] < 0
+    e = lrp.explain(model, x, edge_index, index=i, mode="binary_classification", rules=lrp.rules.Epsilon(0.0))
+    xx = x.clone().requires_grad_(True)
+    reference = xx * torch.autograd.grad(-model.logits(xx, edge_index)[i, 0], xx)[0]
+    assert e.target.tolist() == [0]
+    assert e.score == pytest.approx(-float(z[i]), rel=1e-12)
+    torch.testing.assert_close(e.node_mask, reference.detach(), rtol=1e-9, atol=1e-12)
+
+
+def test_a_part_of_a_softmax_output_warns_that_relevance_starts_at_the_probability():
+    torch.manual_seed(1)
+    model = SelectedProbability(classes=3).double()
+    x, edge_index = torch.randn(20, 5, dtype=torch.float64), torch.randint(0, 20, (2, 50))
+    with pytest.warns(RuntimeWarning, match="part of a softmax or sigmoid output"):
+        lrp.explain(model, x, edge_index, index=0, mode="regression")

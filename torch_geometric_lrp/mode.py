@@ -730,6 +730,8 @@ _GATE_KEEPING = (F.dropout, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1
 # Autograd nodes of reshapes that keep the order of elements.
 _ORDER_KEEPING = frozenset({"ViewBackward", "ReshapeAliasBackward", "SqueezeBackward", "UnsqueezeBackward",
                             "CloneBackward", "UnsafeViewBackward", "AliasBackward"})
+# Selections along a dimension, in order (they keep every element when the dimension has one).
+_SELECTIONS = frozenset({"SelectBackward", "SliceBackward"})
 # ... and the broadcasts a gate goes through before it multiplies.
 _GATE_SHAPES = _ORDER_KEEPING | {"ExpandBackward", "TransposeBackward", "PermuteBackward", "SelectBackward",
                                  "SliceBackward", "IndexBackward", "IndexSelectBackward"}
@@ -1507,14 +1509,23 @@ class RelevanceMode(TorchFunctionMode):
     def logits_of(self, out: Tensor) -> Tensor:
         """The logits under ``out``: the input of the softmax / log-softmax /
         sigmoid that produced ``out`` in this pass, seen through reshapes
-        that keep the order of elements (``view``, ``squeeze``, ...), reshaped
-        like ``out``; or ``out`` itself."""
+        that keep the order of elements (``view``, ``squeeze``, ...) and
+        selections that keep every element (``p[:, 0]`` of a ``[N, 1]``
+        output), reshaped like ``out``; or ``out`` itself. A selection of
+        part of such an output (``softmax(z)[:, 1]``) warns: the logit of
+        what it kept is not known here, so relevance starts at the
+        probability."""
         node = out.grad_fn
         while node is not None and node not in self._pre_activation and \
-                type(node).__name__.rstrip("0123456789") in _ORDER_KEEPING:
+                type(node).__name__.rstrip("0123456789") in _ORDER_KEEPING | _SELECTIONS:
             node = node.next_functions[0][0]
         logits = self._pre_activation.get(node)
-        if logits is None or logits.numel() != out.numel():
+        if logits is None:
+            return out
+        if logits.numel() != out.numel():
+            warnings.warn("LRP: the model's output is a part of a softmax or sigmoid output (selected after the "
+                          "activation), so relevance starts at that probability, not at its logit. Return the "
+                          "logits, or apply the activation after selecting.", RuntimeWarning, stacklevel=4)
             return out
         return logits.reshape(out.shape)
 
