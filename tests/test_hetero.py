@@ -741,3 +741,22 @@ def test_hgt_given_some_edge_types_books_each_block_on_its_type():
         torch.testing.assert_close(with_extra[t].edge_mask, alone[t].edge_mask)
     assert all(float(alone[t].edge_mask.abs().sum()) > 0 for t in used if t[2] == "paper")  # one layer: into papers
     assert float(with_extra[extra].edge_mask.abs().sum()) == 0
+
+
+def test_index_as_a_dict_is_refused_by_name():
+    torch.manual_seed(0)
+    x = {"paper": torch.randn(4, 3), "author": torch.randn(3, 3)}
+    edges = {("author", "writes", "paper"): torch.tensor([[0, 1, 2], [0, 1, 3]]),
+             ("paper", "rev_writes", "author"): torch.tensor([[0, 1, 3], [0, 1, 2]])}
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = HeteroConv({k: SAGEConv((3, 3), 4) for k in edges})
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.head(self.conv(x_dict, edge_index_dict)["paper"])
+
+    with pytest.raises(TypeError, match=r"index: .* got a dict \('paper'\)\. .*pass their positions"):
+        lrp.explain(Model(), x, edges, index={"paper": 0})

@@ -182,6 +182,23 @@ def test_labels_are_the_global_ids_of_a_subgraph():
     assert len(lrp.visualize_graph(explanation, node_labels=False).axes[0].texts) == 0
 
 
+def test_a_dict_of_labels_is_keyed_by_the_ids_drawn():
+    """{id: label} on a subgraph: each label goes to the node drawn with
+    that global id (before, it was looked up by position: one node off)."""
+    explanation = path_explanation()
+    explanation.node_index = torch.tensor([10, 20, 30])
+    ax = lrp.visualize_graph(explanation, node_labels={10: "a", 20: "b", 30: "c"}).axes[0]
+    drawn = {t.get_text(): t.get_position() for t in ax.texts}
+    default = {t.get_text(): t.get_position() for t in lrp.visualize_graph(explanation).axes[0].texts}
+    assert drawn == {"a": default["10"], "b": default["20"], "c": default["30"]}
+
+
+def test_feature_names_as_one_string_are_refused_by_name():
+    explanation = path_explanation()
+    with pytest.raises(ValueError, match="feature_names: expected a sequence of names.*got a string"):
+        lrp.visualize_features(explanation, feature_names="ab")
+
+
 def test_edge_level_target_highlights_the_explained_edge():
     explanation = path_explanation()
     del explanation.index

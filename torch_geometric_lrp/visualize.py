@@ -361,8 +361,8 @@ def _resolve_labels(node_labels, g: _Graph, drawn: int) -> Optional[list[str]]:
             for j, label in zip(ids, given):
                 labels[j] = str(label)
         return labels
-    if isinstance(node_labels, Mapping):  # {node: label}
-        return [str(node_labels.get(i, "")) for i in range(g.num_nodes)]
+    if isinstance(node_labels, Mapping):  # {node id as drawn (node_index of a subgraph): label}
+        return [str(node_labels.get(int(shown), "")) for shown in g.labels]
     if isinstance(node_labels, Sequence) and not isinstance(node_labels, str):
         if len(node_labels) != g.num_nodes:
             raise ValueError(f"node_labels: expected one label per node ({g.num_nodes}), got {len(node_labels)}.")
@@ -503,8 +503,9 @@ def visualize_graph(
         ``None``: node ids (global ids ``node_index`` of an
         ``lrp.explain_nodes`` subgraph) when at most 60 nodes are drawn;
         ``True``/``False``: always/never ids; a sequence with one label per
-        node, a ``{node: label}`` dict, or ``{node_type: labels}`` for a
-        ``HeteroExplanation``.
+        node (in the explanation's order), a ``{node id: label}`` dict keyed
+        by the ids drawn (global ids ``node_index`` of a subgraph), or
+        ``{node_type: labels}`` for a ``HeteroExplanation``.
     top_k : int, optional
         Keep only the ``top_k`` edges of largest |relevance|, their end nodes
         and the targets.
@@ -575,7 +576,10 @@ def _feature_relevance(node_mask, name: str) -> Tensor:
 def _names(given, count: int, name: str) -> list[str]:
     if given is None:
         return [f"feature {j}" for j in range(count)]
-    if isinstance(given, str) or not isinstance(given, Sequence) or len(given) != count:
+    if isinstance(given, str):
+        raise ValueError(f"{name}: expected a sequence of names, one per feature ({count}), got a string {given!r}; "
+                         f"pass list(...) of names.")
+    if not isinstance(given, Sequence) or len(given) != count:
         got = len(given) if isinstance(given, Sequence) else type(given).__name__
         raise ValueError(f"{name}: expected one name per feature ({count}), got {got}.")
     return [str(n) for n in given]

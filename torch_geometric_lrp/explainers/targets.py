@@ -157,6 +157,10 @@ def check_mask_rows(length: Optional[int], num_rows: int, name: str = "index") -
 def _rows_of(index, num_rows: Optional[int], name: str) -> Tensor:
     if isinstance(index, bool) or (isinstance(index, Tensor) and index.dtype == torch.bool and index.dim() == 0):
         raise TypeError(f"{name}: expected row positions or a boolean mask over the rows, got a single bool.")
+    if isinstance(index, dict):
+        raise TypeError(f"{name}: expected row positions or a boolean mask over the rows of one output, got a dict "
+                        f"({', '.join(map(repr, index))}). For a heterogeneous model, the explained rows are those "
+                        f"of the node type it outputs: pass their positions (an int, list or tensor).")
     index = torch.as_tensor(index)
     if index.dtype == torch.bool:
         if index.dim() != 1 or (num_rows is not None and index.numel() != num_rows):
