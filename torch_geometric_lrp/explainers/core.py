@@ -26,6 +26,8 @@ far from 0 is relevance that an op changed without reporting it.
 """
 from __future__ import annotations
 
+import math
+
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -456,6 +458,18 @@ def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, ab
     scale = abs(score) + abs(total) + abs(absorbed) + abs(lost)
     if abs(residual) <= RESIDUAL_WARNING * scale + 1e-9:
         return False
+    if math.isfinite(total) and not (math.isfinite(absorbed) and math.isfinite(lost)):
+        # NaN in what biases, constants or stabilisers kept, finite inputs: the forward made NaN
+        # values that the model then replaced (attention over an empty set, PyG's nan_to_num), and
+        # the backward multiplied them by 0 relevance. The inputs' relevance is not touched by it.
+        warnings.warn(f"LRP: the relevance of {type(unwrap(model)).__name__}{what} cannot be accounted for: "
+                      f"absorbed {absorbed:.6g} and lost {lost:.6g} are not finite while the inputs' relevance "
+                      f"({total:.6g} for a score of {score:.6g}) is. The forward computed NaN or inf values that "
+                      f"it then replaced (attention over an empty set, such as a node without incoming edges, "
+                      f"replaced by nan_to_num), and those entries take part in the accounting. The masks are "
+                      f"finite, but conservation cannot be checked: give every node an incoming edge (a "
+                      f"self-loop) to check it.", RuntimeWarning, stacklevel=4)
+        return True
     warnings.warn(f"LRP: the relevance of {type(unwrap(model)).__name__}{what} does not add up: score {score:.6g} = "
                   f"inputs {total:.6g} + absorbed {absorbed:.6g} + lost {lost:.6g} leaves a residual of "
                   f"{residual:.3g}, so some op changed relevance without a rule seeing it (a gradient hook on a "
