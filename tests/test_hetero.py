@@ -760,3 +760,26 @@ def test_index_as_a_dict_is_refused_by_name():
 
     with pytest.raises(TypeError, match=r"index: .* got a dict \('paper'\)\. .*pass their positions"):
         lrp.explain(Model(), x, edges, index={"paper": 0})
+
+
+def test_convert_and_check_conservation_name_heterogeneous_models():
+    from torch_geometric.nn import to_hetero
+
+    x = {"paper": torch.randn(4, 3), "author": torch.randn(3, 3)}
+    edges = {("author", "writes", "paper"): torch.tensor([[0, 1, 2], [0, 1, 3]]),
+             ("paper", "rev_writes", "author"): torch.tensor([[0, 1, 3], [0, 1, 2]])}
+
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = SAGEConv((3, 3), 4)
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    for model in (to_hetero(Plain(), (list(x), list(edges))),
+                  HeteroConv({k: SAGEConv((3, 3), 4) for k in edges})):
+        with pytest.raises(lrp.UnsupportedModuleError, match="(?s)is a heterogeneous model.*lrp.explain"):
+            lrp.convert(model)
+        with pytest.raises(TypeError, match="check_conservation: the inputs hold dicts.*lrp.explain"):
+            lrp.check_conservation(model, x, edges)

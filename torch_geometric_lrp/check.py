@@ -122,6 +122,11 @@ def check_conservation(
         per op), relevance entering and leaving every module, and every op
         that ran without a relevance rule.
     """
+    if any(isinstance(v, dict) and v and all(isinstance(t, Tensor) for t in v.values()) for v in (*args, *kwargs.values())):
+        raise TypeError(
+            "check_conservation: the inputs hold dicts ({node_type: x}, {edge_type: edge_index}): heterogeneous "
+            "models are not checked module by module yet. lrp.explain and LRP in PyG's Explainer explain them "
+            "and report the totals (score, relevance_total, absorbed, lost, residual).")
     if not hasattr(model, "_lrp_rules") or rules is not None:
         model = convert(model, rules)
     names = [str(i) for i in range(len(args))] + list(kwargs)

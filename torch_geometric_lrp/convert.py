@@ -93,6 +93,17 @@ def register(module_type: type) -> type:
     return module_type
 
 
+def _is_hetero(model: torch.nn.Module) -> bool:
+    """Whether ``model`` holds modules of PyG's heterogeneous models:
+    ``HeteroConv``, ``HGTConv``, ``HANConv``, ``HeteroDictLinear``, or PyG's
+    ``ModuleDict`` / ``ParameterDict`` keyed by types (``to_hetero``)."""
+    return any("Hetero" in type(m).__name__ or type(m).__name__ in ("HGTConv", "HANConv", "HEATConv") or
+               type(m).__module__ in ("torch_geometric.nn.module_dict", "torch_geometric.nn.parameter_dict") or
+               # to_hetero: a ModuleDict keyed by edge types, 'src__rel__dst'
+               (isinstance(m, torch.nn.ModuleDict) and any(k.count("__") == 2 for k in m.keys()))
+               for m in model.modules())
+
+
 def _is_supported(module: torch.nn.Module, extra: tuple) -> bool:
     cls = type(module)
     if cls in _SUPPORTED or issubclass(cls, _SUPPORTED_BASES) or (extra and isinstance(module, extra)):
@@ -386,6 +397,11 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
     if unsupported:
         lines = "\n".join(f"  - {name} ({t.__module__}.{t.__qualname__})" for name, t in unsupported)
         example = unsupported[0][1]
+        if _is_hetero(model):
+            raise UnsupportedModuleError(
+                f"lrp.convert: {type(model).__name__} is a heterogeneous model (it holds\n{lines}\n), which "
+                f"lrp.convert does not copy yet. Explain it as it is: lrp.explain(model, x_dict, "
+                f"edge_index_dict, ...) or LRP in PyG's Explainer, with rules= for the composite.")
         raise UnsupportedModuleError(
             f"lrp.convert: {len(unsupported)} module(s) have no relevance support:\n{lines}\n"
             f"If a module only computes with ops that have relevance rules (linear maps, sums, "
