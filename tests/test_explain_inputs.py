@@ -420,3 +420,16 @@ def test_a_part_of_a_softmax_output_warns_that_relevance_starts_at_the_probabili
     x, edge_index = torch.randn(20, 5, dtype=torch.float64), torch.randint(0, 20, (2, 50))
     with pytest.warns(RuntimeWarning, match="part of a softmax or sigmoid output"):
         lrp.explain(model, x, edge_index, index=0, mode="regression")
+
+
+def test_a_binary_row_given_twice_with_different_labels_is_refused():
+    """+z and -z for one logit contradict each other; before, the label given
+    last won (score +0.21 or -0.21 by the order of the arguments)."""
+    torch.manual_seed(1)
+    model = SelectedProbability().double()
+    x, edge_index = torch.randn(20, 5, dtype=torch.float64), torch.randint(0, 20, (2, 50))
+    with pytest.raises(ValueError, match="target: row 3 is given twice with different labels"):
+        lrp.explain(model, x, edge_index, index=[3, 3], target=torch.tensor([1, 0]), mode="binary_classification")
+    twice = lrp.explain(model, x, edge_index, index=[3, 3], target=torch.tensor([0, 0]), mode="binary_classification")
+    once = lrp.explain(model, x, edge_index, index=3, target=torch.tensor([0]), mode="binary_classification")
+    assert twice.score == once.score

@@ -297,6 +297,20 @@ def _per_row(target: Tensor, rows: Tensor, num_rows: Optional[int], width: int) 
     )
 
 
+def _check_repeated_labels(place: Tensor, rows: Tensor, target: Tensor) -> None:
+    """A binary row given twice must ask for the same labels: ``+z`` and
+    ``-z`` for one logit contradict each other (a multiclass row given twice
+    with two classes explains both)."""
+    order = torch.argsort(place, stable=True)
+    same = place[order][1:] == place[order][:-1]
+    if bool(same.any()):
+        differs = (target[order][1:] != target[order][:-1]).any(dim=-1) & same
+        if bool(differs.any()):
+            row = int(rows[order][1:][differs][0])
+            raise ValueError(f"target: row {row} is given twice with different labels; a binary label is "
+                             f"explained as +z (label 1) or -z (label 0), not both. Give each row once.")
+
+
 def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: Optional[int], target: Optional[Tensor],
             mode: ModelMode) -> tuple[Tensor, Tensor]:
     """The seed on an output with ``logits``, at its rows ``place``, for
@@ -323,5 +337,7 @@ def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: Optional[int]
         seed[place, target] = z.gather(1, target.view(-1, 1)).view(-1)
         return seed.view_as(logits), target
     target = (z > 0).long() if target is None else _per_row(target, rows, num_rows, width).view(-1, width).long()
+    if place.numel() > 1:
+        _check_repeated_labels(place, rows, target)
     seed[place] = torch.where(target == 1, z, -z)
     return seed.view_as(logits), target.view(-1) if width == 1 else target
