@@ -149,3 +149,4 @@ def test_one_number_is_the_target_of_every_explained_row():
         each = lrp.explain(model, x, edge_index, index=index, target=torch.ones(rows.numel(), dtype=torch.long))
         assert one.target.tolist() == [1] * rows.numel()
         torch.testing.assert_close(one.node_mask, each.node_mask, rtol=0, atol=0)
+

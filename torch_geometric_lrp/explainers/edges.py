@@ -242,7 +242,7 @@ class EdgeRelevance:
         edge_index = inputs[0]
         if not self.hetero:  # from one node set into another (a tuple of two sizes), see _check_destinations
             size, kwargs = (inputs[1], inputs[2]) if len(inputs) > 2 else (None, {})
-            sizes = [tuple(v[k].shape[layer.node_dim] if isinstance(v[k], Tensor) else None for k in (0, 1))
+            sizes = [tuple(_rows(v[k], layer.node_dim) for k in (0, 1))
                      for v in (kwargs or {}).values() if isinstance(v, (tuple, list)) and len(v) == 2]
             if isinstance(size, (tuple, list)) and len(size) == 2:
                 sizes.append(tuple(size))
@@ -361,6 +361,14 @@ class EdgeRelevance:
         else:
             messages.register_hook(collect)
         return None
+
+
+def _rows(value, node_dim: int) -> Optional[int]:
+    """The node count of a propagate argument (its size along ``node_dim``), or
+    ``None`` for what has none (not a tensor, or too few dimensions)."""
+    if not isinstance(value, Tensor) or not -value.dim() <= node_dim < value.dim():
+        return None
+    return value.shape[node_dim]
 
 
 def _concatenation(inputs: dict, edges: Tensor) -> list:
