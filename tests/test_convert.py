@@ -618,3 +618,34 @@ def test_an_explainer_edge_mask_left_on_the_original_stays_there():
     assert "_edge_mask" in model.convs[0]._parameters
     assert "_edge_mask" not in converted.convs[0]._parameters
     assert converted.convs[0].lin.weight is model.convs[0].lin.weight
+
+
+def test_a_composite_keyed_by_an_lrp_layer_applies_to_the_pyg_layer_of_its_name():
+    """``{lrp.nn.GATConv: rule}`` on a model of PyG's GATConv: lrp.explain,
+    LRP and lrp.convert all give the layer that rule (before, lrp.explain
+    left it on the default, with no warning, and convert applied it)."""
+    from torch_geometric_lrp import nn as lrp_nn
+
+    torch.manual_seed(0)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.lin = GATConv(3, 2, heads=2), torch.nn.Linear(4, 3)
+
+        def forward(self, x, edge_index):
+            return self.lin(self.conv(x, edge_index).relu())
+
+    model = Model().double()
+    x, edge_index = torch.randn(5, 3, dtype=torch.float64), torch.tensor([[0, 1, 2, 3, 4, 0], [1, 2, 3, 4, 0, 2]])
+    keyed = {lrp_nn.GATConv: R.Gamma(0.25), torch.nn.Linear: R.Epsilon(0.1)}
+    by_pyg = {GATConv: R.Gamma(0.25), torch.nn.Linear: R.Epsilon(0.1)}
+    ours = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([2]), rules=keyed, subgraph=False)
+    theirs = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([2]), rules=by_pyg, subgraph=False)
+    converted = lrp.explain(lrp.convert(model, keyed), x, edge_index, index=1, target=torch.tensor([2]),
+                            subgraph=False)
+    default = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([2]), subgraph=False)
+    for other in (theirs, converted):
+        torch.testing.assert_close(ours.node_mask, other.node_mask, rtol=0, atol=0)
+        torch.testing.assert_close(ours.edge_mask, other.edge_mask, rtol=0, atol=0)
+    assert not torch.allclose(ours.node_mask, default.node_mask)

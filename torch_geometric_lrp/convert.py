@@ -33,6 +33,9 @@ __all__ = ["convert", "register", "resolve_rules", "type_rules", "composite", "U
 #: PyG layer -> its LRP subclass.
 LRP_LAYERS: dict[type, type] = {getattr(pyg_nn, name): getattr(lrp_nn, name) for name in lrp_nn.__all__}
 
+#: LRP subclass -> the PyG layer it stands for.
+_PYG_LAYER: dict[type, type] = {lrp: pyg for pyg, lrp in LRP_LAYERS.items()}
+
 _SUPPORTED: set[type] = {
     # torch.nn building blocks
     torch.nn.Linear, torch.nn.Identity, torch.nn.Flatten, torch.nn.Unflatten,
@@ -172,7 +175,9 @@ def composite(rules) -> dict:
         if not isinstance(value, Rule):
             raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r} "
                             f"for key {key!r}.")
-    return dict(rules)
+    # a torch_geometric_lrp.nn layer stands for the PyG layer of the same name, which a model
+    # explained as it is holds (lrp.convert swaps in the subclass, an instance of both)
+    return {_PYG_LAYER.get(k, k) if isinstance(k, type) else k: v for k, v in rules.items()}
 
 
 def unused_types(rules, modules) -> tuple:
