@@ -150,3 +150,107 @@ def test_one_number_is_the_target_of_every_explained_row():
         assert one.target.tolist() == [1] * rows.numel()
         torch.testing.assert_close(one.node_mask, each.node_mask, rtol=0, atol=0)
 
+
+
+# ---------------------------------------------------------------------------
+# Layers over the input's edges reordered, extended, or into a prefix of nodes
+# ---------------------------------------------------------------------------
+
+from torch_geometric.utils import coalesce  # noqa: E402
+
+
+class TwoLayers(torch.nn.Module):
+    """Two bias-free GraphConv layers over edges that ``edges_of`` builds from
+    the input's, each input edge's messages multiplied by ``weight`` (the
+    reference's multiplier; ``None`` in the explained model)."""
+
+    def __init__(self, edges_of, width=3):
+        super().__init__()
+        self.edges_of = edges_of
+        self.conv1, self.conv2 = GraphConv(width, 4, bias=False), GraphConv(4, 2, bias=False)
+
+    def forward(self, x, edge_index, weight=None):
+        x, edges, w = self.edges_of(x, edge_index, weight)
+        h = self.conv1(x, edges, w).relu()
+        return self.conv2(h, edges, w)[:edge_index.max() + 1]
+
+
+def multiplier_gradient(model, x, edge_index, row, column):
+    m = torch.ones(edge_index.shape[1], dtype=DTYPE, requires_grad=True)
+    return torch.autograd.grad(model(x, edge_index, m)[row, column], m)[0]
+
+
+def test_edges_a_model_sorts_are_booked_by_their_pairs():
+    """An undirected graph listed by target, sorted by source in the forward
+    (coalesce): the sorted list equals the input reversed, which once sent
+    each message to its reverse edge. Each input edge takes its own pair's
+    messages, as for the same graph listed by source."""
+    def sorted_(x, edge_index, weight):
+        if weight is None:
+            return x, coalesce(edge_index), None
+        edges, weight = coalesce(edge_index, weight)
+        return x, edges, weight
+
+    torch.manual_seed(0)
+    model = TwoLayers(sorted_).to(DTYPE)
+    x = torch.rand(4, 3, dtype=DTYPE)
+    edge_index = torch.tensor([[1, 3, 0, 2, 1, 3, 0, 2], [0, 0, 1, 1, 2, 2, 3, 3]])
+    assert torch.equal(coalesce(edge_index), edge_index.flip(0))
+    e = lrp.explain(model, x, edge_index, index=0, target=torch.tensor([1]), rules=lrp.rules.Epsilon(0.0))
+    torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 0, 1), rtol=1e-9, atol=1e-12)
+
+
+def test_a_virtual_node_keeps_the_input_edges_and_warns_for_its_own():
+    """Edges into and out of a virtual node (node N) follow the input edges:
+    the input edges keep their messages' relevance, and the warning gives the
+    virtual edges' (before, every message of such a layer was left out)."""
+    def with_virtual_node(x, edge_index, weight):
+        n = x.shape[0]
+        ring = torch.arange(n)
+        virtual = torch.full((n,), n)
+        edges = torch.cat([edge_index, torch.stack([ring, virtual]), torch.stack([virtual, ring])], dim=1)
+        x = torch.cat([x, x.new_zeros(1, x.shape[1])])
+        return x, edges, None if weight is None else torch.cat([weight, weight.new_ones(2 * n)])
+
+    torch.manual_seed(0)
+    model = TwoLayers(with_virtual_node).to(DTYPE)
+    x = torch.rand(4, 3, dtype=DTYPE)
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    with pytest.warns(RuntimeWarning, match="neither input edges nor self-loops") as record:
+        e = lrp.explain(model, x, edge_index, index=3, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0))
+    torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 3, 0), rtol=1e-9, atol=1e-12)
+    m = torch.ones(edge_index.shape[1] + 2 * x.shape[0], dtype=DTYPE, requires_grad=True)
+
+    def every_edge_weighted(x, edge_index, weight):
+        x, edges, _ = with_virtual_node(x, edge_index, None)
+        return x, edges, m
+
+    twin = TwoLayers(every_edge_weighted).to(DTYPE)
+    twin.load_state_dict(model.state_dict())
+    virtual = torch.autograd.grad(twin(x, edge_index)[3, 0], m)[0][edge_index.shape[1]:]
+    assert abs(float(virtual.sum())) > 1e-3
+    assert f"({float(virtual.sum()):.3g}," in str(record[0].message)
+
+
+def test_a_bipartite_layer_over_a_prefix_of_the_nodes_propagates_over_the_input_edges():
+    """``conv((h, h[:n]), edge_index, size=(N, n))`` with every input edge
+    into the first n nodes (PyG's sampled-layer pattern): its messages are the
+    input edges, booked on them, with no warning."""
+    class Prefix(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = GraphConv(3, 4, bias=False), GraphConv(4, 2, bias=False)
+
+        def forward(self, x, edge_index, weight=None):
+            h = self.conv1(x, edge_index, weight).relu()
+            return self.conv2((h, h[:3]), edge_index, weight, size=(x.shape[0], 3))
+
+    torch.manual_seed(0)
+    model = Prefix().to(DTYPE)
+    x = torch.rand(6, 3, dtype=DTYPE)
+    edge_index = torch.tensor([[3, 4, 5, 1, 2, 0], [0, 1, 2, 0, 1, 2]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0),
+                        task_level="node")
+    torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 1, 0), rtol=1e-9, atol=1e-12)

@@ -403,6 +403,93 @@ def test_attentive_fp_explained():
     check(explanation)
 
 
+class HandCell(nn.Module):
+    """An LSTM or GRU cell written out in plain torch ops (``chunk``,
+    ``sigmoid``, ``tanh``, products, ``1 - z``), on the weights of ``cell``."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, x, state=None):
+        cell = self.cell
+        weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+        if isinstance(cell, nn.LSTMCell):
+            h, c = initial(cell, state, x.shape[0])
+            a = F.linear(x, weights[0], weights[2]) + F.linear(h, weights[1], weights[3])
+            a_i, a_f, a_g, a_o = a.chunk(4, dim=1)
+            c = torch.sigmoid(a_f) * c + torch.sigmoid(a_i) * torch.tanh(a_g)
+            return torch.sigmoid(a_o) * torch.tanh(c), c
+        h = initial(cell, state, x.shape[0])
+        x_r, x_z, x_n = F.linear(x, weights[0], weights[2]).chunk(3, dim=1)
+        h_r, h_z, h_n = F.linear(h, weights[1], weights[3]).chunk(3, dim=1)
+        r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+        n = torch.tanh(x_n + r * h_n)
+        return (1 - z) * n + z * h
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("name", sorted(CELLS))
+def test_a_cell_written_out_is_explained_as_the_module(name, bias):
+    """A hand-written cell gets the module's rules through the op-level gate
+    classification: sigmoid gates are held, a tanh output times a sigmoid gate
+    carries (the candidate, tanh(c)), and so does what it is summed into (the
+    cell state, a GRU's ``(1 - z) n + z h``); the gates come out of ``chunk``.
+    Before, sigmoid x tanh split half and half (relative error 1.3 on an LSTM,
+    0.38 on a GRU). (A GRU with biases differs by design: its ``r * b_hn``, a
+    gate times a constant, passes relevance into the gate as any product with
+    a constant does, where the module holds its gates constant throughout.)"""
+    if bias and name == "gru_cell":
+        pytest.skip("r * b_hn: see the docstring")
+    cell = make(CELLS[name], bias)
+    x, seed = inputs((T, B, F_IN)), inputs((T, B, HIDDEN), seed=2)
+    _, module, _ = lrp0(Unrolled(cell), x, seed)
+    out, written, _ = lrp0(Unrolled(HandCell(cell)), x, seed)
+    with torch.no_grad():
+        torch.testing.assert_close(out, Unrolled(cell)(x), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(written, module, rtol=1e-9, atol=1e-12)
+
+
+GATE_COPIES = {
+    "cat": lambda a, b: torch.cat([torch.sigmoid(a), torch.sigmoid(b)], dim=1),
+    "chunk": lambda a, b: torch.sigmoid(torch.cat([a, b], dim=1)).chunk(2, dim=1)[1].repeat(1, 2),
+    "gather": lambda a, b: torch.softmax(torch.cat([a, b], dim=1), -1).gather(
+        1, torch.arange(2 * a.shape[1]).flip(0).expand(a.shape[0], -1)),
+    "topk": lambda a, b: torch.softmax(torch.cat([a, b], dim=1), -1).topk(2 * a.shape[1], dim=1).values,
+    "masked_fill_": lambda a, b: torch.sigmoid(torch.cat([a, b], dim=1)).clone().masked_fill_(
+        torch.arange(2 * a.shape[1]) % 3 == 0, 0.5),
+    "exp times reciprocal": lambda a, b: torch.exp(torch.cat([a, b], dim=1)) * torch.reciprocal(
+        torch.exp(torch.cat([a, b], dim=1)).sum(1, keepdim=True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATE_COPIES))
+def test_a_gate_copied_or_multiplied_by_a_gate_is_a_gate(name):
+    """Gates from sigmoid, softmax or exp, copied (cat, chunk, gather, topk
+    values, masked_fill) or multiplied by another gate, then times a value:
+    the value takes all the relevance and the gates' input none (LRP-0 is
+    gradient x input of the twin with the gate detached). Before, the copy
+    lost the gate and the product split half and half."""
+    torch.manual_seed(0)
+    gate_of = GATE_COPIES[name]
+    lin_a, lin_b, lin_v = (nn.Linear(F_IN, HIDDEN, bias=False).to(DTYPE) for _ in range(3))
+
+    class Gated(nn.Module):
+        def __init__(self, frozen=False):
+            super().__init__()
+            self.lin_a, self.lin_b, self.lin_v, self.frozen = lin_a, lin_b, lin_v, frozen
+
+        def forward(self, x):
+            g = gate_of(self.lin_a(x), self.lin_b(x))
+            v = self.lin_v(x)
+            return (g.detach() if self.frozen else g) * torch.cat([v, v], dim=1)
+
+    x, seed = inputs((B, F_IN)), inputs((B, 2 * HIDDEN), seed=2)
+    _, relevance, _ = lrp0(Gated(), x, seed)
+    _, expected = gradient_x_input(Gated(frozen=True), x, seed)
+    torch.testing.assert_close(relevance, expected, rtol=1e-9, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------
 # 3. Not covered: still refused
 # ---------------------------------------------------------------------------

@@ -289,8 +289,12 @@ def _mul(mode, input, other):
         # stays linear in that factor, so it continues its map.
         gate_a, gate_b = mode.is_gate(input), mode.is_gate(other)
         if gate_a != gate_b:
-            return mode.gated(torch.mul, input, other, gate_a)
-        return R.product(input, other)
+            # one factor a gate, or a sigmoid-like gate times a tanh output (an LSTM's i * g,
+            # o * tanh(c)): the tanh output carries, as the candidate does in an LSTM cell
+            return mode.gated(torch.mul, input, other, gate_a == "gate" or gate_b is None)
+        out = R.product(input, other)
+        mode.mark_gate(out, gate_a)  # a product of two gates of one kind is a gate (exp(s) * (1 / sum exp))
+        return out
     if not _carries(input):
         input, other = other, input
     return R.mul(input, other)
@@ -389,7 +393,7 @@ def _matmul(mode, input, other):
     if _carries(input) and _carries(other):
         gate_a, gate_b = mode.is_gate(input), mode.is_gate(other)
         if gate_a != gate_b:  # softmax(Q K^T) @ V: the attention is a gate (as in mul)
-            return mode.gated(torch.matmul, input, other, gate_a)
+            return mode.gated(torch.matmul, input, other, gate_a == "gate" or gate_b is None)
     if _carries(input) and _carries(other) and input.dim() >= 2 and other.dim() >= 2 and \
             input.layout == other.layout == torch.strided:
         # Two signals (NNConv's edge-conditioned weights with edge_attr explained):
@@ -725,6 +729,24 @@ _OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
 # Activations whose outputs are gates when they multiply another signal
 # (weights in [0, 1], [-1, 1] or positive: gates, attention, pooling scores, kernels).
 _GATES = (F.softmax, torch.sigmoid, torch.exp, torch.tanh, torch.rsqrt, torch.reciprocal)
+# Copies whose output is a gate where all their inputs are (``cat``, ``chunk``,
+# ``gather``, ``topk`` values, ``masked_fill``): autograd nodes, as for _GATE_SHAPES.
+_GATE_COPIES = frozenset({"CatBackward", "StackBackward", "SplitBackward", "SplitWithSizesBackward",
+                          "UnbindBackward", "GatherBackward", "TBackward", "RepeatBackward", "FlipBackward",
+                          "RollBackward", "MaskedSelectBackward", "TopkBackward", "SortBackward", "MaxBackward",
+                          "MinBackward", "KthvalueBackward", "AmaxBackward", "AminBackward",
+                          "MaskedFillBackward", "WhereBackward", "IndexPutBackward", "DiagonalBackward",
+                          "TrilBackward", "TriuBackward", "UnfoldBackward", "NarrowBackward"})
+
+
+def _joined(kinds: list) -> str:
+    """The gate kind of a sum or join of gates of ``kinds``: ``"gate"`` where
+    all are, else ``"tanh"``. A tanh output carries relevance in a product with
+    a sigmoid-like gate (an LSTM's candidate), and so does what it is summed
+    into (the cell state ``f c + i g``, a GRU's ``(1 - z) n + z h``)."""
+    return "gate" if all(k == "gate" for k in kinds) else "tanh"
+
+
 # Identities on a gate's values (FAConv drops out its tanh attention): still a gate.
 _GATE_KEEPING = (F.dropout, F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, torch.nan_to_num)
 # Autograd nodes of reshapes that keep the order of elements.
@@ -745,8 +767,10 @@ def _pass(fn):
         out = R.activation(input, lambda x, *a: fn(x, *a, **kwargs), *args)
         if fn in _OUTPUT_ACTIVATIONS:
             mode._pre_activation[out.grad_fn] = input
-        if fn in _GATES or (fn in _GATE_KEEPING and mode._gates and mode.is_gate(input)):
-            mode._gates.add(out.grad_fn)
+        if fn in _GATES:
+            mode.mark_gate(out, "tanh" if fn is torch.tanh else "gate")
+        elif fn in _GATE_KEEPING:
+            mode.mark_gate(out, mode.is_gate(input))
         return out
     return handler
 
@@ -1143,7 +1167,7 @@ class RelevanceMode(TorchFunctionMode):
         self.unsupported: Counter = Counter()
         self.in_place: list = []  # in-place ops on relevance tensors, run out of place
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
-        self._gates: set = set()  # grad_fn of sigmoid / softmax outputs (gates in a product)
+        self._gates: dict = {}  # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> "gate" or "tanh"
         # output of a linear op -> (rule, stream outputs): where a linear op
         # that consumes it continues the map
         self._maps = _ByIdentity()
@@ -1323,13 +1347,13 @@ class RelevanceMode(TorchFunctionMode):
             # (With a constant operand, as in cat([x, degree]), it is part of a map
             # so that what the constant absorbs is measured.)
             return NotImplemented
-        if self._gates and all(self.is_gate(t) for t, r in operands if r == "signal"):
+        kinds = [self.is_gate(t) for t, r in operands if r == "signal"] if self._gates else [None]
+        if None not in kinds:
             # a gate times constants, summed or joined with gates (FAConv's tanh(.) * w, GMMConv's
             # sum_k exp(.) g_k): still a gate of the products it enters, held constant there as the
             # gates it is made of would be
             out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
-            if isinstance(out, Tensor) and out.grad_fn is not None:
-                self._gates.add(out.grad_fn)
+            self.mark_gate(out, _joined(kinds))
             return out
         return self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
 
@@ -1482,14 +1506,33 @@ class RelevanceMode(TorchFunctionMode):
             return False
         return self.is_gate(args[0]) != self.is_gate(args[1])
 
-    def is_gate(self, t: Tensor) -> bool:
-        """``t`` is a sigmoid, softmax, tanh or exp output of this pass, seen through
-        reshapes and broadcasts (``view``, ``unsqueeze``, ``expand``, ...)."""
-        node = t.grad_fn
+    def is_gate(self, t: Tensor) -> Optional[str]:
+        """What gate ``t`` is: ``"gate"`` for a sigmoid, softmax, exp, rsqrt
+        or reciprocal output of this pass, ``"tanh"`` for a tanh output,
+        ``None`` for no gate; seen through reshapes and broadcasts (``view``,
+        ``expand``, ...) and through copies whose inputs are all gates
+        (``cat``, ``chunk``, ``gather``, ``topk`` values, ``masked_fill``),
+        of the kind :func:`_joined` gives."""
+        return self._gate_of(t.grad_fn) if self._gates else None
+
+    def _gate_of(self, node) -> Optional[str]:
         while node is not None and node not in self._gates and \
                 type(node).__name__.rstrip("0123456789") in _GATE_SHAPES:
             node = node.next_functions[0][0]
-        return node is not None and node in self._gates
+        if node is None:
+            return None
+        kind = self._gates.get(node)
+        if kind is not None or type(node).__name__.rstrip("0123456789") not in _GATE_COPIES:
+            return kind
+        kinds = [self._gate_of(n) for n, _ in node.next_functions if n is not None]
+        if not kinds or None in kinds:
+            return None
+        return _joined(kinds)
+
+    def mark_gate(self, out, kind: Optional[str]) -> None:
+        """Remember ``out`` as a gate of ``kind`` (nothing for ``None``)."""
+        if kind is not None and isinstance(out, Tensor) and out.grad_fn is not None:
+            self._gates[out.grad_fn] = kind
 
     def call(self, func: Callable, *args, **kwargs):
         """``func(*args, **kwargs)`` routed like an op of the forward: for

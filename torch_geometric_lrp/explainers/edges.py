@@ -16,7 +16,7 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.conv import DirGNNConv, MessagePassing
 from torch_geometric.nn.module_dict import ModuleDict as PyGModuleDict
 
 from ..mode import current_mode
@@ -77,17 +77,23 @@ class Routing:
     other: Tensor
 
 
-def route(edges: Tensor, messages: Tensor, sorted_edges: Optional[SortedEdges] = None) -> Routing:
+def route(edges: Tensor, messages: Tensor, sorted_edges: Optional[SortedEdges] = None,
+          reversed_edges: bool = False) -> Routing:
     """The :class:`Routing` of messages over ``messages`` ``[2, M]`` onto the
-    input ``edges`` ``[2, E]`` (``sorted_edges``: see :func:`match_edges`)."""
+    input ``edges`` ``[2, E]`` (``sorted_edges``: see :func:`match_edges`);
+    ``reversed_edges``: the layer propagates over the input's edges reversed
+    (``DirGNNConv``'s ``conv_out``)."""
     num = edges.shape[1]
     head_of = messages[:, :num] if messages.shape[1] >= num else None
-    if head_of is not None and (torch.equal(head_of, edges) or (num and torch.equal(head_of, edges.flip(0)))):
+    if head_of is not None and (torch.equal(head_of, edges) or (
+            reversed_edges and num and torch.equal(head_of, edges.flip(0)))):
         # The common case (the input's edges, then self-loops a layer added,
         # as add_remaining_self_loops does): no sort needed, and the input's
-        # pairs are all used up by the prefix. The same holds for a layer that
-        # propagates over the reversed edges (DirGNNConv's conv_out): message
-        # k belongs to input edge k, whatever pairs exist both ways.
+        # pairs are all used up by the prefix. The same holds for the layer
+        # that propagates over the reversed edges: message k belongs to input
+        # edge k, whatever pairs exist both ways. (Only for it: edges that a
+        # model sorts, which can equal the reversed input of an undirected
+        # graph listed by target, go by their pairs.)
         head = slice(0, num)
         rest = torch.arange(num, messages.shape[1], device=messages.device)
         match_rest = torch.full_like(rest, -1)
@@ -143,6 +149,10 @@ class EdgeRelevance:
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
         self._into: dict[int, dict] = {}
+        # layers that propagate over the input's edges reversed: DirGNNConv's conv_out (a special
+        # case, as its tensor equals the input flipped, which pairs alone would not tell from a
+        # model that sorts an undirected graph's edges)
+        self._reversed = {id(m.conv_out) for m in model.modules() if isinstance(m, DirGNNConv)}
         self._bipartite: dict[int, bool] = {}
         self._num_nodes = None if self.hetero else num_nodes
         self._last: Optional[tuple[Tensor, list]] = None
@@ -266,7 +276,7 @@ class EdgeRelevance:
                 # messages over another edge list than the input (a trimmed
                 # layer, trim.py): the input's pairs sorted once for all layers
                 self._sorted = SortedEdges.of(self._inputs[None]) if self._inputs[None].numel() else None
-            located = [(None, route(self._inputs[None], edges, self._sorted))]
+            located = [(None, route(self._inputs[None], edges, self._sorted, id(layer) in self._reversed))]
         else:
             located = self._locate_hetero(layer, edges)
         self._last = (edges, located, context)
@@ -336,7 +346,11 @@ class EdgeRelevance:
         def collect(relevance: Tensor) -> None:
             dims = [d for d in range(relevance.dim()) if d != node_dim]
             per_message = (relevance.sum(dim=dims) if dims else relevance).double()
-            if into.get("other"):  # into other nodes than the graph's (a readout): on no input edge
+            if into.get("other") and not all(isinstance(r.message, slice) for _, r in located):
+                # into other nodes than the graph's (a readout) over pairs of its own: on no input edge.
+                # (Messages that start with the input edges, in order, are those edges: a virtual node's
+                # extra edges follow them, and a bipartite layer over a prefix of the nodes propagates
+                # over the input edges as they are.)
                 self._book_unmatched(layer, per_message)
                 return
             for key, routing in located:
