@@ -1512,7 +1512,7 @@ class RelevanceMode(TorchFunctionMode):
         ``None`` for no gate; seen through reshapes and broadcasts (``view``,
         ``expand``, ...) and through copies whose inputs are all gates
         (``cat``, ``chunk``, ``gather``, ``topk`` values, ``masked_fill``),
-        of the kind :func:`_joined` gives."""
+        of the kind ``_joined`` gives."""
         return self._gate_of(t.grad_fn) if self._gates else None
 
     def _gate_of(self, node) -> Optional[str]:
