@@ -433,3 +433,28 @@ def test_a_binary_row_given_twice_with_different_labels_is_refused():
     twice = lrp.explain(model, x, edge_index, index=[3, 3], target=torch.tensor([0, 0]), mode="binary_classification")
     once = lrp.explain(model, x, edge_index, index=3, target=torch.tensor([0]), mode="binary_classification")
     assert twice.score == once.score
+
+
+class RearrangedProbabilities(torch.nn.Module):
+    """Per-label sigmoids joined after the activation, or a softmax output transposed twice."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.conv, self.lin, self.how = GCNConv(5, 8), torch.nn.Linear(8, 3), how
+
+    def forward(self, x, edge_index):
+        z = self.lin(self.conv(x, edge_index).relu())
+        if self.how == "cat":
+            return torch.cat([torch.sigmoid(z[:, :1]), torch.sigmoid(z[:, 1:])], dim=1)
+        return torch.softmax(z, -1).T.T
+
+
+@pytest.mark.parametrize("how", ["cat", "transposed"])
+def test_probabilities_rearranged_after_the_activation_warn(how):
+    """Before, these seeded the probabilities with no warning (relevance 1.56
+    for logits summing to 0.22)."""
+    torch.manual_seed(0)
+    model = RearrangedProbabilities(how).double()
+    x, edge_index = torch.randn(10, 5, dtype=torch.float64), torch.randint(0, 10, (2, 30))
+    with pytest.warns(RuntimeWarning, match="rearranges or joins softmax or sigmoid outputs"):
+        lrp.explain(model, x, edge_index, index=0, mode="regression")

@@ -1564,6 +1564,11 @@ class RelevanceMode(TorchFunctionMode):
             node = node.next_functions[0][0]
         logits = self._pre_activation.get(node)
         if logits is None:
+            if self._pre_activation and self._behind_copies(out.grad_fn):
+                warnings.warn("LRP: the model's output rearranges or joins softmax or sigmoid outputs after the "
+                              "activation (cat, stack, a transpose or permutation, indexing), so relevance starts "
+                              "at the probabilities, not at their logits. Return the logits, or apply the "
+                              "activation last.", RuntimeWarning, stacklevel=4)
             return out
         if logits.numel() != out.numel():
             warnings.warn("LRP: the model's output is a part of a softmax or sigmoid output (selected after the "
@@ -1571,6 +1576,21 @@ class RelevanceMode(TorchFunctionMode):
                           "logits, or apply the activation after selecting.", RuntimeWarning, stacklevel=4)
             return out
         return logits.reshape(out.shape)
+
+    def _behind_copies(self, node, budget: int = 64) -> bool:
+        """Whether an output activation of this pass is behind ``node``
+        through copies and reshapes only (at most ``budget`` nodes looked at)."""
+        stack, seen = [node], set()
+        while stack and len(seen) < budget:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            if node in self._pre_activation:
+                return True
+            if type(node).__name__.rstrip("0123456789") in _GATE_SHAPES | _GATE_COPIES | _SELECTIONS:
+                stack.extend(n for n, _ in node.next_functions)
+        return False
 
     @contextmanager
     def paused(self) -> Iterator[None]:
