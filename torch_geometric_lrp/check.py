@@ -10,7 +10,7 @@ from torch import Tensor
 from .audit import RelevanceAudit
 from .convert import convert
 from .maps import _Close
-from .mode import current_mode, relevance_pass
+from .mode import UnsupportedOpError, current_mode, relevance_pass
 
 _CLOSE = _Close._backward_cls  # the backward node of a map's end
 
@@ -84,6 +84,22 @@ def _tensors(value) -> list[Tensor]:
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
     return []
+
+
+def _check_in_place(model, mode, out: Tensor, args, kwargs) -> None:
+    """Raise where an in-place op on a relevance tensor whose result the
+    forward dropped (it ran out of place in the pass) made the pass compute
+    another output than the model."""
+    mode.in_place_checked = True
+    with mode.paused(), torch.no_grad():
+        plain = _tensors(model(*[a.detach() if isinstance(a, Tensor) else a for a in args],
+                               **{k: v.detach() if isinstance(v, Tensor) else v for k, v in kwargs.items()}))[0]
+    if not torch.allclose(plain, out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
+        raise UnsupportedOpError(
+            f"{type(model).__name__}: the forward runs in-place ops on tensors that carry relevance "
+            f"({', '.join(dict.fromkeys(mode.in_place))}) and goes on without a returned tensor. Inside the "
+            f"relevance pass such ops run out of place, so the pass would account for another function than "
+            f"the model. Write them out of place (x = x.mul(a), not x.mul_(a)).")
 
 
 def check_conservation(
@@ -206,6 +222,8 @@ def check_conservation(
             if len(outputs) != 1:
                 raise TypeError("check_conservation: the model must return one tensor to seed.")
             out = outputs[0]
+            if mode.in_place:  # run out of place in the pass: the same function only if the output agrees
+                _check_in_place(model, mode, out, args, kwargs)
             relevance = out.detach() if seed is None else seed
             found = mode.backward(out, relevance, list(carriers.values()))
     finally:

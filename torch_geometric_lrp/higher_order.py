@@ -270,7 +270,8 @@ def _message_passing_calls(model: torch.nn.Module) -> list[MessagePassing]:
         if hops != 1:
             raise ValueError(f"model: {type(layer).__name__} passes messages {hops} hops in one call; a walk takes "
                              f"one step per message-passing call, so walks need layers of one hop each "
-                             f"(APPNP, SGConv with K > 1 and ChebConv with K > 2 are not).")
+                             f"(APPNP, SGConv, TAGConv with K > 1, ChebConv with K > 2 and GatedGraphConv with "
+                             f"num_layers > 1 are not).")
     return layers
 
 

@@ -1166,6 +1166,8 @@ class RelevanceMode(TorchFunctionMode):
         self._stack: list = []  # (module, rule in effect) of the running modules
         self.unsupported: Counter = Counter()
         self.in_place: list = []  # in-place ops on relevance tensors, run out of place
+        # set where the output was compared with a plain forward (lrp.explain, check_conservation)
+        self.in_place_checked = False
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
         self._gates: dict = {}  # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> "gate" or "tanh"
         # output of a linear op -> (rule, stream outputs): where a linear op
@@ -1661,7 +1663,17 @@ class RelevanceMode(TorchFunctionMode):
         """Seed ``out`` with relevance ``seed`` and return the relevance of each
         of ``inputs`` (zeros for an input that received none; ``None`` stays
         ``None``). Works inside and after the pass, and under ``no_grad``;
-        ``retain_graph=True`` keeps the forward for another seed."""
+        ``retain_graph=True`` keeps the forward for another seed. Where the
+        forward ran in-place ops on relevance tensors (:attr:`in_place`) and
+        no caller compared the output with a plain forward, it warns."""
+        if self.in_place and not self.in_place_checked:
+            self.in_place_checked = True  # once per pass
+            warnings.warn(f"LRP: the forward ran in-place ops on tensors that carry relevance "
+                          f"({', '.join(dict.fromkeys(self.in_place))}); in the pass they run out of place, so a "
+                          f"forward that goes on without their returned tensor computes something else than the "
+                          f"model. Compare the output with a plain forward, or write them out of place "
+                          f"(x = x.mul(a)); lrp.explain and lrp.check_conservation compare for you.",
+                          RuntimeWarning, stacklevel=2)
         with self.unrouted():
             return self._backward(out, seed, inputs, retain_graph)
 

@@ -41,9 +41,9 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
-from .subgraph import (Cut, context_features, count_hops, cut, lean, message_flow, pays_off, reaches_ring,
-                       slice_inputs, with_context)
-from .trim import Trimming, hop_distance
+from .subgraph import (Cut, context_features, count_hops, cut, layout_bound, lean, message_flow, pays_off,
+                       reaches_ring, slice_inputs, with_context)
+from .trim import Propagations, Trimming, hop_distance
 from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, infer_return_type, infer_task_level,
                       is_sparse, seed_of)
 
@@ -233,6 +233,7 @@ class Pass:
         mode (:meth:`RelevanceMode.unrouted`) until the pass closes."""
         self._stack.enter_context(self.mode.unrouted())
         if self.mode.in_place:
+            self.mode.in_place_checked = True
             with torch.no_grad():
                 plain = self._call(x, edge_index, kwargs)
             if not torch.allclose(plain, self.out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
@@ -608,6 +609,11 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor], num_hops: int,
             lean_cut: bool):
     """:func:`on_cut`, once; :class:`InFull` where its lean, trimmed pass failed."""
+    bound = layout_bound(model)
+    if bound:
+        fall_back(model, f"{', '.join(bound)} reads its edges' layout (four neighbours per edge, in order), "
+                         f"which a subgraph changes")
+        return None
     n, e = x.shape[0], edge_index.shape[1]
     # The check: on a graph of up to FULL_CHECK_EDGES edges, the full graph's
     # output itself (a proof that the cut gives the targets' outputs); above,
@@ -635,7 +641,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         def slimmed() -> bool:  # the pass left messages out: a lean cut, or trimmed layers
             return lean_cut or keep is not None or (trimming is not None and trimming.dropped)
         try:
-            out = p.forward(x[c.nodes], run.edge_index, inputs)
+            with Propagations(model) as propagations:
+                out = p.forward(x[c.nodes], run.edge_index, inputs)
         except UnsupportedOpError:
             raise  # an op without a rule: the full graph has it too
         except Exception as error:  # e.g. a parameter with one row per node of the graph
@@ -644,6 +651,11 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             if slimmed():
                 return InFull(check if context is None else None)
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
+            return None
+        beyond = propagations.beyond()
+        if beyond:  # the cut holds fewer hops than the model reads (a check with context nodes cannot see it)
+            fall_back(model, f"its message passing reaches further than the hops counted for the subgraph: "
+                             f"{', '.join(beyond)}")
             return None
         # a graph-level output of a one-node cut also has one row per node:
         # the check's output (on more nodes) tells them apart

@@ -59,31 +59,66 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 from torch_geometric.explain.algorithm import ExplainerAlgorithm
-from torch_geometric.nn import APPNP, ChebConv, MessagePassing, SGConv
+from torch_geometric.nn import (APPNP, AntiSymmetricConv, ARMAConv, ChebConv, GatedGraphConv, MessagePassing,
+                                MeshCNNConv, MixHopConv, PANConv, SGConv, SSGConv, TAGConv)
 from torch_geometric.utils import cumsum
 
 __all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "context_features",
            "slice_inputs",
-           "reaches_ring", "count_hops", "hops_of", "message_flow", "pays_off", "spelled_out",
+           "reaches_ring", "count_hops", "hops_of", "layer_hops", "layout_bound", "message_flow", "pays_off", "spelled_out",
            "spelled_out_each", "lean"]
 
 
 def count_hops(model: torch.nn.Module) -> int:
     """How many hops the model's message passing reaches: one per
-    ``MessagePassing`` module, ``K`` for ``APPNP`` and ``SGConv``, ``K - 1``
-    for ``ChebConv``. A layer applied several times is counted once; the
-    ring check catches that."""
-    return sum(hops_of(module) for module in model.modules())
+    ``MessagePassing`` module, more for the layers that propagate several
+    times in one call (:func:`hops_of`), times the iterations of an
+    ``AntiSymmetricConv`` for the layers it runs. A layer applied several
+    times is counted once; the cut's checks catch that (and
+    :class:`~torch_geometric_lrp.explainers.trim.Propagations`, where the
+    layer propagates more often than counted)."""
+    return sum(layer_hops(model).values())
 
 
 def hops_of(module: torch.nn.Module) -> int:
-    """The hops of one module alone (0 for one that is no ``MessagePassing``),
-    as :func:`count_hops` counts them."""
-    if isinstance(module, (APPNP, SGConv)):
+    """The hops of one module alone (0 for one that is no ``MessagePassing``):
+    ``K`` for ``APPNP``, ``SGConv``, ``TAGConv`` and ``SSGConv``, ``K - 1``
+    for ``ChebConv``, ``num_layers`` for ``GatedGraphConv`` and ``ARMAConv``,
+    the largest power for ``MixHopConv``, ``filter_size`` for ``PANConv``
+    (its adjacency powers), 1 for any other."""
+    if isinstance(module, (APPNP, SGConv, TAGConv, SSGConv)):
         return module.K
     if isinstance(module, ChebConv):
         return len(module.lins) - 1
+    if isinstance(module, (GatedGraphConv, ARMAConv)):
+        return module.num_layers
+    if isinstance(module, MixHopConv):
+        return max(module.powers)
+    if isinstance(module, PANConv):
+        return module.filter_size
     return int(isinstance(module, MessagePassing))
+
+
+def layout_bound(model: torch.nn.Module) -> list[str]:
+    """The layers of ``model`` whose output depends on the layout of their
+    edge list, not only on its edges: ``MeshCNNConv`` reads each edge's four
+    neighbours from four consecutive entries, in order, which a cut (fewer
+    neighbours at its border, other positions) changes. A cut cannot explain
+    them, and on a large graph no check sees it."""
+    return sorted({type(m).__name__ for m in model.modules() if isinstance(m, MeshCNNConv)})
+
+
+def layer_hops(model: torch.nn.Module) -> dict[int, int]:
+    """``{id(layer): hops}`` for every message-passing module of ``model``:
+    :func:`hops_of`, times ``num_iters`` for the layers an
+    ``AntiSymmetricConv`` runs (its ``phi``, once per iteration)."""
+    hops = {id(m): hops_of(m) for m in model.modules() if isinstance(m, MessagePassing)}
+    for module in model.modules():
+        if isinstance(module, AntiSymmetricConv):
+            for inner in module.phi.modules():
+                if id(inner) in hops:
+                    hops[id(inner)] *= module.num_iters
+    return hops
 
 
 def message_flow(model: torch.nn.Module) -> str:

@@ -44,11 +44,11 @@ from typing import Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.conv import FiLMConv, MessagePassing, RGCNConv, SignedConv
 
-from .subgraph import hops_of
+from .subgraph import layer_hops
 
-__all__ = ["hop_distance", "Trimming"]
+__all__ = ["hop_distance", "Trimming", "Propagations"]
 
 
 def hop_distance(edge_index: Tensor, index: Tensor, num_nodes: int, num_hops: int,
@@ -82,6 +82,7 @@ class Trimming:
         self._used = 0
         self._hooks: list = []
         self._thread = threading.get_ident()
+        self._hops = layer_hops(model)
 
     def __enter__(self) -> "Trimming":
         for module in self.model.modules():
@@ -104,7 +105,7 @@ class Trimming:
         plus its own propagations so far, up to its own hops less one (a
         layer that propagates once per relation, as ``RGCNConv`` does, has
         them all at one depth)."""
-        own = max(hops_of(layer), 1)
+        own = max(self._hops.get(id(layer), 1), 1)
         if id(layer) not in self._started:
             self._started[id(layer)] = [self._used, 0]
             self._used += own
@@ -159,3 +160,48 @@ def _per_edge_args(layer: MessagePassing, kwargs: dict, num_edges: int) -> Optio
             return None
         per_edge.add(name)
     return per_edge
+
+
+#: Layers that propagate more than once per call side by side, each over
+#: some of the edges, at one depth: once per relation (``RGCNConv``,
+#: ``FiLMConv``), over positive and negative edges (``SignedConv``).
+PARALLEL_PROPAGATIONS: tuple = (RGCNConv, FiLMConv, SignedConv)
+
+
+class Propagations:
+    """Counts each message-passing layer's propagations in a forward (a
+    context manager over ``model``): :meth:`beyond` names the layers that
+    propagated more often than their hops
+    (:func:`~torch_geometric_lrp.explainers.subgraph.layer_hops`) allow, so
+    that a cut for that many hops may be too small (a layer applied more
+    often than it appears, a layer of the user's that propagates ``K``
+    times)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.counts: dict[int, int] = {}
+        self._hops = layer_hops(model)
+        self._layers = {id(m): m for m in model.modules() if isinstance(m, MessagePassing)}
+        self._hooks: list = []
+        self._thread = threading.get_ident()
+
+    def __enter__(self) -> "Propagations":
+        for layer in self._layers.values():
+            self._hooks.append(layer.register_propagate_forward_pre_hook(self._count))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+    def _count(self, layer, inputs):
+        if threading.get_ident() == self._thread:
+            self.counts[id(layer)] = self.counts.get(id(layer), 0) + 1
+        return None
+
+    def beyond(self) -> list[str]:
+        """``"Name (n propagations, k hops)"`` for each layer beyond its hops."""
+        return [f"{type(self._layers[i]).__name__} ({n} propagations, counted as {max(self._hops[i], 1)} hops)"
+                for i, n in self.counts.items()
+                if n > max(self._hops[i], 1) and not isinstance(self._layers[i], PARALLEL_PROPAGATIONS)]
