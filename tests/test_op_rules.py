@@ -1413,3 +1413,47 @@ def test_nan_in_the_accounting_from_an_empty_attention_is_named():
     reference = lrp.explain(conv, x, full, index=0, rules=lrp.rules.Epsilon(0.0), subgraph=False)
     torch.testing.assert_close(with_empty.node_mask, reference.node_mask, rtol=1e-12, atol=1e-14)
     assert abs(float(reference.residual)) < 1e-9
+
+
+class ScalesAGateInPlace(torch.nn.Module):
+    """``a = sigmoid(t); a.mul_(2)``, then ``a`` used again (``rebind``: ``a = a.mul_(2)``)."""
+
+    def __init__(self, rebind):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(4, 6, bias=False), torch.nn.Linear(4, 6, bias=False)
+        self.head, self.rebind = torch.nn.Linear(6, 3, bias=False), rebind
+
+    def forward(self, x):
+        a = torch.sigmoid(self.l1(x))
+        if self.rebind:
+            a = a.mul_(2.0)
+        else:
+            a.mul_(2.0)
+        return self.head(a * self.l2(x))
+
+
+def test_a_tensor_an_in_place_op_left_behind_is_told_in_the_pass_and_refused_by_check_conservation():
+    """In the pass the in-place op runs out of place; a forward that goes on
+    with the old tensor computes something else (0.14 for an output of 0.28).
+    lrp.relevance_pass warns where the forward read it again, and
+    check_conservation raises, as lrp.explain does; rebinding the result
+    (``a = a.mul_(2)``) is fine and silent."""
+    import warnings
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 4, dtype=DTYPE)
+    for rebind in (False, True):
+        model = ScalesAGateInPlace(rebind).double()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with lrp.relevance_pass(model, rules=lrp.rules.Epsilon(0.0)) as mode:
+                watched = mode.watch(x)
+                out = model(watched)
+                mode.backward(out, out.detach(), [watched])
+        told = [w for w in caught if "went on with the tensor" in str(w.message)]
+        assert len(told) == (0 if rebind else 1)
+        if rebind:
+            lrp.check_conservation(model, x)
+        else:
+            with pytest.raises(lrp.UnsupportedOpError, match="'mul_'"):
+                lrp.check_conservation(model, x)

@@ -1168,6 +1168,10 @@ class RelevanceMode(TorchFunctionMode):
         self.in_place: list = []  # in-place ops on relevance tensors, run out of place
         # set where the output was compared with a plain forward (lrp.explain, check_conservation)
         self.in_place_checked = False
+        # the tensors an in-place op left behind, running out of place (-> the op), and the ops
+        # whose tensor the forward used again afterwards: it then computes something else
+        self._stale = _ByIdentity()
+        self.stale_used: list = []
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
         self._gates: dict = {}  # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> "gate" or "tanh"
         # output of a linear op -> (rule, stream outputs): where a linear op
@@ -1666,14 +1670,14 @@ class RelevanceMode(TorchFunctionMode):
         ``retain_graph=True`` keeps the forward for another seed. Where the
         forward ran in-place ops on relevance tensors (:attr:`in_place`) and
         no caller compared the output with a plain forward, it warns."""
-        if self.in_place and not self.in_place_checked:
+        out_is_stale = isinstance(out, Tensor) and out in self._stale
+        if (self.stale_used or out_is_stale) and not self.in_place_checked:
             self.in_place_checked = True  # once per pass
+            ops = self.stale_used + ([self._stale.get(out)] if out_is_stale else [])
             warnings.warn(f"LRP: the forward ran in-place ops on tensors that carry relevance "
-                          f"({', '.join(dict.fromkeys(self.in_place))}); in the pass they run out of place, so a "
-                          f"forward that goes on without their returned tensor computes something else than the "
-                          f"model. Compare the output with a plain forward, or write them out of place "
-                          f"(x = x.mul(a)); lrp.explain and lrp.check_conservation compare for you.",
-                          RuntimeWarning, stacklevel=2)
+                          f"({', '.join(dict.fromkeys(ops))}) and went on with the tensor they were to change; "
+                          f"in the pass they run out of place, so the pass computed something else than the "
+                          f"model. Write them out of place (x = x.mul(a)).", RuntimeWarning, stacklevel=2)
         with self.unrouted():
             return self._backward(out, seed, inputs, retain_graph)
 
@@ -1838,17 +1842,28 @@ class RelevanceMode(TorchFunctionMode):
             return func(*args, **(kwargs or {}))
         if self._any_written:  # a plain flag: this runs for every torch call of the pass
             args, kwargs = self._substituted(args, kwargs or {})
+        if self._stale:  # only after an in-place op ran out of place
+            self._note_stale(args, kwargs or {})
         out = self._route(func, args, kwargs or {})
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
                 _op_name(func) in _IN_PLACE and _carries(args[0]) and out is not self._origins.get(args[0]):
             # The op ran out of place (a relevance Function owns its output): a
             # caller that drops the returned tensor computes something else than
-            # the model does. Recorded, so the explainer can check the output.
+            # the model does. Recorded, so the explainer can check the output,
+            # and the tensor it left behind watched (see stale_used).
             self.in_place.append(f"'{_op_name(func)}' in {self.where()}")
+            self._stale[args[0]] = self.in_place[-1]
         if self._track_nonfinite and isinstance(out, Tensor) and out.is_floating_point() and \
                 self.first_nonfinite is None and _carries(out) and not bool(torch.isfinite(out).all()):
             self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"
         return out
+
+    def _note_stale(self, args, kwargs) -> None:
+        """Records the in-place ops whose left-behind tensor this call reads."""
+        for value in itertools.chain(args, kwargs.values()):
+            for t in (value if isinstance(value, (list, tuple)) else (value,)):
+                if isinstance(t, Tensor) and t in self._stale:
+                    self.stale_used.append(self._stale.get(t))
 
     def _route(self, func, args, kwargs):
         if self._sources and (func is F.embedding or func is torch.embedding):
