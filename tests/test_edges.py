@@ -254,3 +254,59 @@ def test_a_bipartite_layer_over_a_prefix_of_the_nodes_propagates_over_the_input_
         e = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0),
                         task_level="node")
     torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 1, 0), rtol=1e-9, atol=1e-12)
+
+
+def test_hypergraph_conv_books_each_incidence_both_ways():
+    """HypergraphConv propagates over the incidence, then over it flipped:
+    message k of either way is incidence k's (PyG's set_masks gives the
+    reference); pairs would mean nothing between nodes and hyperedges."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    from torch_geometric.nn import HypergraphConv
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.lin = HypergraphConv(4, 4, bias=False), torch.nn.Linear(4, 2, bias=False)
+
+        def forward(self, x, edge_index):
+            return self.lin(self.conv(x, edge_index).relu())
+
+    torch.manual_seed(0)
+    incidence = torch.tensor([[0, 1, 2, 1, 3, 2, 3, 4], [0, 0, 0, 1, 1, 2, 2, 2]])
+    x = torch.randn(5, 4, dtype=DTYPE)
+    model = Net().to(DTYPE).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = lrp.explain(model, x, incidence, index=torch.arange(5), rules=lrp.rules.Epsilon(0.0), subgraph=False)
+    target = model(x, incidence).argmax(-1)
+    m = torch.ones(incidence.shape[1], dtype=DTYPE, requires_grad=True)
+    set_masks(model, m, incidence, apply_sigmoid=False)
+    try:
+        reference, = torch.autograd.grad(model(x, incidence)[torch.arange(5), target].sum(), m)
+    finally:
+        clear_masks(model)
+    torch.testing.assert_close(e.edge_mask, reference, rtol=1e-9, atol=1e-12)
+
+
+def test_a_graph_classifier_that_reuses_a_layer_is_explained_without_a_subgraph_warning():
+    """A graph-level model is explained on its whole graph: a layer applied
+    twice is no reason to warn about a subgraph there."""
+    from torch_geometric.nn import GCNConv, global_mean_pool
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.lin = GCNConv(3, 3), torch.nn.Linear(3, 2)
+
+        def forward(self, x, edge_index, batch):
+            h = self.conv(self.conv(x, edge_index).relu(), edge_index).relu()
+            return self.lin(global_mean_pool(h, batch))
+
+    torch.manual_seed(0)
+    n = 60  # a ring per graph, 30 nodes each: a subgraph would pay off for a node-level model
+    ring = torch.arange(n)
+    x, edge_index = torch.rand(n, 3, dtype=DTYPE), torch.stack([ring, (ring + 1) % 30 + 30 * (ring // 30)])
+    batch = ring // 30
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lrp.explain(Net().to(DTYPE), x, edge_index, batch=batch, index=1)

@@ -522,3 +522,65 @@ def test_packed_gru_and_proj_size_are_refused(rnn):
         with lrp.relevance_pass(projected) as mode:
             with pytest.raises(lrp.UnsupportedOpError, match="'lstm'"):
                 projected(mode.watch(x))
+
+
+def linearised(f, z):
+    """``f(z)`` as ``z`` times a constant: LRP-0 passes relevance through it."""
+    return z * (f(z) / z).detach()
+
+
+class ActivationThenAttention(nn.Module):
+    """sigmoid or tanh used as an activation, then Linear layers: a signal,
+    also where a softmax attention later weighs it (the attention is the gate)."""
+
+    def __init__(self, act):
+        super().__init__()
+        self.act = act
+        self.l1, self.q, self.k, self.v, self.out = (nn.Linear(F_IN, F_IN, bias=False) for _ in range(5))
+
+    def forward(self, x, twin=False):
+        z = self.l1(x)
+        h = linearised(self.act, z) if twin else self.act(z)
+        a = torch.softmax(self.q(h) @ self.k(h).t(), dim=-1)
+        return self.out((a.detach() if twin else a) @ self.v(h))
+
+
+class FAAfterTanh(nn.Module):
+    """FAConv on the output of a tanh activation: of two tanh outputs, the
+    attention made from the features is the gate, the features carry."""
+
+    def __init__(self):
+        super().__init__()
+        import torch_geometric.nn as pyg_nn
+        self.l1, self.conv = nn.Linear(F_IN, 6, bias=False), pyg_nn.FAConv(6, eps=0.2, add_self_loops=False)
+
+    def forward(self, x, twin=False, edge_index=torch.tensor([[1, 2, 3, 0, 4], [0, 0, 0, 1, 2]])):
+        z = self.l1(x)
+        h = linearised(torch.tanh, z) if twin else torch.tanh(z)
+        if twin:
+            conv = self.conv
+            alpha_j, alpha_i = conv.att_l(h)[edge_index[0]], conv.att_r(h)[edge_index[1]]
+            from torch_geometric.nn.conv.gcn_conv import gcn_norm
+            _, w = gcn_norm(edge_index, None, h.shape[0], False, False, flow=conv.flow, dtype=h.dtype)
+            coef = ((alpha_j + alpha_i).tanh().squeeze(-1) * w).detach()
+            messages = h[edge_index[0]] * coef.view(-1, 1)
+            return torch.zeros_like(h).index_add(0, edge_index[1], messages) + conv.eps * h
+        return self.conv(h, h, edge_index)
+
+
+@pytest.mark.parametrize("name", ["sigmoid activation, attention", "tanh activation, attention", "FAConv after tanh"])
+def test_an_activation_before_linear_layers_is_a_signal_and_the_later_gate_is_held(name):
+    """sigmoid or tanh as an activation followed by Linear layers is a signal
+    (a weight matrix that mixes features makes one); of two tanh outputs in a
+    product, the one made later from the other (FAConv's attention) is the
+    gate. LRP-0 is gradient x input of the twin with the gates detached."""
+    torch.manual_seed(0)
+    model = {"sigmoid activation, attention": lambda: ActivationThenAttention(torch.sigmoid),
+             "tanh activation, attention": lambda: ActivationThenAttention(torch.tanh),
+             "FAConv after tanh": FAAfterTanh}[name]().to(DTYPE)
+    x = inputs((5, F_IN))
+    seed = inputs(tuple(model(x).shape), seed=2)
+    out, relevance, _ = lrp0(model, x, seed)
+    twin_out, expected = gradient_x_input(lambda v: model(v, twin=True), x, seed)
+    torch.testing.assert_close(twin_out, out, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(relevance, expected, rtol=1e-9, atol=1e-12)

@@ -287,14 +287,10 @@ def _mul(mode, input, other):
         # scores, Gaussian kernels): held constant,
         # the other factor takes all relevance (Arras et al. 2017). The product
         # stays linear in that factor, so it continues its map.
-        gate_a, gate_b = mode.is_gate(input), mode.is_gate(other)
-        if gate_a != gate_b:
-            # one factor a gate, or a sigmoid-like gate times a tanh output (an LSTM's i * g,
-            # o * tanh(c)): the tanh output carries, as the candidate does in an LSTM cell
-            return mode.gated(torch.mul, input, other, gate_a == "gate" or gate_b is None)
-        out = R.product(input, other)
-        mode.mark_gate(out, gate_a)  # a product of two gates of one kind is a gate (exp(s) * (1 / sum exp))
-        return out
+        held = mode.held_factor(input, other)
+        if held is not None:
+            return mode.gated(torch.mul, input, other, held == 0)
+        return R.product(input, other)
     if not _carries(input):
         input, other = other, input
     return R.mul(input, other)
@@ -391,9 +387,9 @@ def _linear(mode, input, weight, bias=None):
 
 def _matmul(mode, input, other):
     if _carries(input) and _carries(other):
-        gate_a, gate_b = mode.is_gate(input), mode.is_gate(other)
-        if gate_a != gate_b:  # softmax(Q K^T) @ V: the attention is a gate (as in mul)
-            return mode.gated(torch.matmul, input, other, gate_a == "gate" or gate_b is None)
+        held = mode.held_factor(input, other)
+        if held is not None:  # softmax(Q K^T) @ V: the attention is a gate (as in mul)
+            return mode.gated(torch.matmul, input, other, held == 0)
     if _carries(input) and _carries(other) and input.dim() >= 2 and other.dim() >= 2 and \
             input.layout == other.layout == torch.strided:
         # Two signals (NNConv's edge-conditioned weights with edge_attr explained):
@@ -827,6 +823,8 @@ rsub""".split())
 _MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itruediv__ div_ true_divide divide
 matmul __matmul__ mm bmm mv sparse.mm _sparse_mm""".split()
 _WEIGHT_PRODUCTS = frozenset("matmul __matmul__ mm mv".split())
+# Linear ops that mix features with a weight matrix: their output is a signal, also of gates.
+_MIXING = _WEIGHT_PRODUCTS | frozenset("linear bmm einsum functional.einsum sparse.mm _sparse_mm".split())
 MAP_COPIES = frozenset("""
 __getitem__ index_select gather take take_along_dim masked_select
 view view_as reshape reshape_as expand expand_as broadcast_to repeat repeat_interleave tile
@@ -1354,10 +1352,12 @@ class RelevanceMode(TorchFunctionMode):
             # so that what the constant absorbs is measured.)
             return NotImplemented
         kinds = [self.is_gate(t) for t, r in operands if r == "signal"] if self._gates else [None]
-        if None not in kinds:
-            # a gate times constants, summed or joined with gates (FAConv's tanh(.) * w, GMMConv's
-            # sum_k exp(.) g_k): still a gate of the products it enters, held constant there as the
-            # gates it is made of would be
+        if None not in kinds and not (name in _MIXING and any(r == "weight" for _, r in operands)):
+            # a gate times constants or weights element by element, summed or joined with gates
+            # (FAConv's tanh(.) * w, GMMConv's sum_k exp(.) g_k): still a gate of the products it
+            # enters, held constant there as the gates it is made of would be. (A weight matrix
+            # that mixes features, Linear(sigmoid(h)), makes a signal: sigmoid and tanh are
+            # activations there.)
             out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
             self.mark_gate(out, _joined(kinds))
             return out
@@ -1534,6 +1534,22 @@ class RelevanceMode(TorchFunctionMode):
         if not kinds or None in kinds:
             return None
         return _joined(kinds)
+
+    def held_factor(self, a: Tensor, b: Tensor) -> Optional[int]:
+        """Which factor of the product of signals ``a`` and ``b`` is a gate,
+        held constant (``0`` or ``1``), or ``None`` for neither (the product
+        rule): the one gate; of a sigmoid-like gate and a tanh output the
+        former (an LSTM's ``i * g``, ``o * tanh(c)``: the tanh output carries,
+        as the candidate does); of two gates of one kind the one made later
+        (FAConv's ``x_j * tanh(.)`` after a tanh activation, ``exp(s) * (1 /
+        sum exp(s))``: a gate is made from the signal it then weighs)."""
+        gate_a, gate_b = self.is_gate(a), self.is_gate(b)
+        if gate_a is None and gate_b is None:
+            return None
+        if gate_a != gate_b:
+            return 0 if gate_a == "gate" or gate_b is None else 1
+        made_a, made_b = a.grad_fn._sequence_nr(), b.grad_fn._sequence_nr()
+        return None if made_a == made_b else 0 if made_a > made_b else 1
 
     def mark_gate(self, out, kind: Optional[str]) -> None:
         """Remember ``out`` as a gate of ``kind`` (nothing for ``None``)."""

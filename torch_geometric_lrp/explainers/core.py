@@ -652,11 +652,6 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
                 return InFull(check if context is None else None)
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
-        beyond = propagations.beyond()
-        if beyond:  # the cut holds fewer hops than the model reads (a check with context nodes cannot see it)
-            fall_back(model, f"its message passing reaches further than the hops counted for the subgraph: "
-                             f"{', '.join(beyond)}")
-            return None
         # a graph-level output of a one-node cut also has one row per node:
         # the check's output (on more nodes) tells them apart
         rows_per_node = out.shape[0] == c.num_nodes and (
@@ -671,6 +666,11 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
                              f"{gave}. Explain a graph- or edge-level model with lrp.explain or PyG's Explainer.")
         level, mode, return_type = resolve_task(p, settings, c.num_nodes, run.edge_index, inputs)
         if level != ModelTaskLevel.node:
+            return None
+        beyond = propagations.beyond()
+        if beyond:  # the cut holds fewer hops than the model reads (a check with context nodes cannot see it)
+            fall_back(model, f"its message passing reaches further than the hops counted for the subgraph: "
+                             f"{', '.join(beyond)}")
             return None
         check_mask_rows(settings.index_mask_rows, n)
         target = check_target(target, mode)

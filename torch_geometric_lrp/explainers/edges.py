@@ -16,7 +16,7 @@ from typing import Optional, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.nn.conv import DirGNNConv, MessagePassing
+from torch_geometric.nn.conv import DirGNNConv, HypergraphConv, MessagePassing
 from torch_geometric.nn.module_dict import ModuleDict as PyGModuleDict
 
 from ..mode import current_mode
@@ -82,7 +82,7 @@ def route(edges: Tensor, messages: Tensor, sorted_edges: Optional[SortedEdges] =
     """The :class:`Routing` of messages over ``messages`` ``[2, M]`` onto the
     input ``edges`` ``[2, E]`` (``sorted_edges``: see :func:`match_edges`);
     ``reversed_edges``: the layer propagates over the input's edges reversed
-    (``DirGNNConv``'s ``conv_out``)."""
+    (``DirGNNConv``'s ``conv_out``, ``HypergraphConv``'s way back)."""
     num = edges.shape[1]
     head_of = messages[:, :num] if messages.shape[1] >= num else None
     if head_of is not None and (torch.equal(head_of, edges) or (
@@ -149,10 +149,12 @@ class EdgeRelevance:
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
         self._into: dict[int, dict] = {}
-        # layers that propagate over the input's edges reversed: DirGNNConv's conv_out (a special
-        # case, as its tensor equals the input flipped, which pairs alone would not tell from a
-        # model that sorts an undirected graph's edges)
-        self._reversed = {id(m.conv_out) for m in model.modules() if isinstance(m, DirGNNConv)}
+        # layers that propagate over the input's edges reversed, message k for input edge k:
+        # DirGNNConv's conv_out, HypergraphConv (nodes -> hyperedges, then back over the incidence
+        # flipped). A special case, as such a tensor equals the input flipped, which pairs alone
+        # would not tell from a model that sorts an undirected graph's edges.
+        self._reversed = {id(m.conv_out) for m in model.modules() if isinstance(m, DirGNNConv)} | \
+            {id(m) for m in model.modules() if isinstance(m, HypergraphConv)}
         self._bipartite: dict[int, bool] = {}
         self._num_nodes = None if self.hetero else num_nodes
         self._last: Optional[tuple[Tensor, list]] = None

@@ -196,7 +196,8 @@ class Propagations:
         self._hooks.clear()
 
     def _count(self, layer, inputs):
-        if threading.get_ident() == self._thread:
+        # the relevance forward only (with gradients), not a plain check forward inside the pass
+        if threading.get_ident() == self._thread and torch.is_grad_enabled():
             self.counts[id(layer)] = self.counts.get(id(layer), 0) + 1
         return None
 
