@@ -84,8 +84,9 @@ def hops_of(module: torch.nn.Module) -> int:
     """The hops of one module alone (0 for one that is no ``MessagePassing``):
     ``K`` for ``APPNP``, ``SGConv``, ``TAGConv`` and ``SSGConv``, ``K - 1``
     for ``ChebConv``, ``num_layers`` for ``GatedGraphConv`` and ``ARMAConv``,
-    the largest power for ``MixHopConv``, ``filter_size`` for ``PANConv``
-    (its adjacency powers), 1 for any other."""
+    the largest power for ``MixHopConv``, ``2 filter_size`` for ``PANConv``
+    (paths of up to ``filter_size`` hops, scaled by each path's end's count of
+    such paths, which reads as far again), 1 for any other."""
     if isinstance(module, (APPNP, SGConv, TAGConv, SSGConv)):
         return module.K
     if isinstance(module, ChebConv):
@@ -94,8 +95,8 @@ def hops_of(module: torch.nn.Module) -> int:
         return module.num_layers
     if isinstance(module, MixHopConv):
         return max(module.powers)
-    if isinstance(module, PANConv):
-        return module.filter_size
+    if isinstance(module, PANConv):  # its path counts' degrees read as far again
+        return 2 * module.filter_size
     return int(isinstance(module, MessagePassing))
 
 
