@@ -1169,6 +1169,7 @@ class RelevanceMode(TorchFunctionMode):
         # the tensors an in-place op left behind, running out of place (-> the op), and the ops
         # whose tensor the forward used again afterwards: it then computes something else
         self._stale = _ByIdentity()
+        self._any_stale = False
         self.stale_used: list = []
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
         self._gates: dict = {}  # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> "gate" or "tanh"
@@ -1858,7 +1859,7 @@ class RelevanceMode(TorchFunctionMode):
             return func(*args, **(kwargs or {}))
         if self._any_written:  # a plain flag: this runs for every torch call of the pass
             args, kwargs = self._substituted(args, kwargs or {})
-        if self._stale:  # only after an in-place op ran out of place
+        if self._any_stale:  # a plain flag: only after an in-place op ran out of place
             self._note_stale(args, kwargs or {})
         out = self._route(func, args, kwargs or {})
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
@@ -1869,6 +1870,7 @@ class RelevanceMode(TorchFunctionMode):
             # and the tensor it left behind watched (see stale_used).
             self.in_place.append(f"'{_op_name(func)}' in {self.where()}")
             self._stale[args[0]] = self.in_place[-1]
+            self._any_stale = True
         if self._track_nonfinite and isinstance(out, Tensor) and out.is_floating_point() and \
                 self.first_nonfinite is None and _carries(out) and not bool(torch.isfinite(out).all()):
             self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"

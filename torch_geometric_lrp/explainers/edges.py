@@ -153,8 +153,8 @@ class EdgeRelevance:
         # DirGNNConv's conv_out, HypergraphConv (nodes -> hyperedges, then back over the incidence
         # flipped). A special case, as such a tensor equals the input flipped, which pairs alone
         # would not tell from a model that sorts an undirected graph's edges.
-        self._reversed = {id(m.conv_out) for m in model.modules() if isinstance(m, DirGNNConv)} | \
-            {id(m) for m in model.modules() if isinstance(m, HypergraphConv)}
+        self._reversed = {id(m.conv_out) if isinstance(m, DirGNNConv) else id(m) for m in model.modules()
+                          if isinstance(m, (DirGNNConv, HypergraphConv))}
         self._bipartite: dict[int, bool] = {}
         self._num_nodes = None if self.hetero else num_nodes
         self._last: Optional[tuple[Tensor, list]] = None

@@ -113,12 +113,16 @@ def layer_hops(model: torch.nn.Module) -> dict[int, int]:
     """``{id(layer): hops}`` for every message-passing module of ``model``:
     :func:`hops_of`, times ``num_iters`` for the layers an
     ``AntiSymmetricConv`` runs (its ``phi``, once per iteration)."""
-    hops = {id(m): hops_of(m) for m in model.modules() if isinstance(m, MessagePassing)}
+    hops, repeated = {}, []
     for module in model.modules():
-        if isinstance(module, AntiSymmetricConv):
-            for inner in module.phi.modules():
-                if id(inner) in hops:
-                    hops[id(inner)] *= module.num_iters
+        if isinstance(module, MessagePassing):
+            hops[id(module)] = hops_of(module)
+        elif isinstance(module, AntiSymmetricConv):
+            repeated.append(module)
+    for module in repeated:
+        for inner in module.phi.modules():
+            if id(inner) in hops:
+                hops[id(inner)] *= module.num_iters
     return hops
 
 
