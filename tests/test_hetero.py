@@ -743,11 +743,17 @@ def test_hgt_given_some_edge_types_books_each_block_on_its_type():
     assert float(with_extra[extra].edge_mask.abs().sum()) == 0
 
 
-def test_index_as_a_dict_is_refused_by_name():
+def papers_and_authors():
+    """A tiny heterogeneous graph: 4 papers, 3 authors, writes and its reverse."""
     torch.manual_seed(0)
     x = {"paper": torch.randn(4, 3), "author": torch.randn(3, 3)}
     edges = {("author", "writes", "paper"): torch.tensor([[0, 1, 2], [0, 1, 3]]),
              ("paper", "rev_writes", "author"): torch.tensor([[0, 1, 3], [0, 1, 2]])}
+    return x, edges
+
+
+def test_index_as_a_dict_is_refused_by_name():
+    x, edges = papers_and_authors()
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -765,9 +771,7 @@ def test_index_as_a_dict_is_refused_by_name():
 def test_convert_and_check_conservation_name_heterogeneous_models():
     from torch_geometric.nn import to_hetero
 
-    x = {"paper": torch.randn(4, 3), "author": torch.randn(3, 3)}
-    edges = {("author", "writes", "paper"): torch.tensor([[0, 1, 2], [0, 1, 3]]),
-             ("paper", "rev_writes", "author"): torch.tensor([[0, 1, 3], [0, 1, 2]])}
+    x, edges = papers_and_authors()
 
     class Plain(torch.nn.Module):
         def __init__(self):

@@ -92,9 +92,7 @@ class Trimming:
         return self
 
     def __exit__(self, *exc) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
+        _remove(self._hooks)
 
     def reset(self) -> None:
         self._started.clear()
@@ -192,14 +190,12 @@ class Propagations:
 
     def __enter__(self) -> "Propagations":
         for layer in self._layers.values():
-            self._hooks.append(layer.register_propagate_forward_pre_hook(self._started))
-            self._hooks.append(layer.register_propagate_forward_hook(self._finished))
+            self._hooks += [layer.register_propagate_forward_pre_hook(self._started),
+                            layer.register_propagate_forward_hook(self._finished)]
         return self
 
     def __exit__(self, *exc) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
+        _remove(self._hooks)
 
     def _counted(self) -> bool:
         # the relevance forward only (with gradients), not a plain check forward inside the pass
@@ -234,6 +230,13 @@ class Propagations:
                 found.append(f"{type(self._layers[i]).__name__} ({longest} propagations in a row, counted as "
                              f"{hops} hops)")
         return found
+
+
+def _remove(hooks: list) -> None:
+    """Remove every hook of ``hooks`` and empty it."""
+    for hook in hooks:
+        hook.remove()
+    hooks.clear()
 
 
 def _tensors_in(value) -> list:
