@@ -10,7 +10,7 @@ from torch import Tensor
 from .audit import RelevanceAudit
 from .convert import convert
 from .maps import _Close
-from .mode import UnsupportedOpError, current_mode, relevance_pass
+from .mode import current_mode, relevance_pass
 
 _CLOSE = _Close._backward_cls  # the backward node of a map's end
 
@@ -87,19 +87,12 @@ def _tensors(value) -> list[Tensor]:
 
 
 def _check_in_place(model, mode, out: Tensor, args, kwargs) -> None:
-    """Raise where an in-place op on a relevance tensor whose result the
-    forward dropped (it ran out of place in the pass) made the pass compute
-    another output than the model."""
-    mode.in_place_checked = True
+    """Compare the pass's output with a plain forward (see
+    :meth:`~torch_geometric_lrp.mode.RelevanceMode.check_in_place`)."""
     with mode.paused(), torch.no_grad():
         plain = _tensors(model(*[a.detach() if isinstance(a, Tensor) else a for a in args],
                                **{k: v.detach() if isinstance(v, Tensor) else v for k, v in kwargs.items()}))[0]
-    if not torch.allclose(plain, out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
-        raise UnsupportedOpError(
-            f"{type(model).__name__}: the forward runs in-place ops on tensors that carry relevance "
-            f"({', '.join(dict.fromkeys(mode.in_place))}) and goes on without a returned tensor. Inside the "
-            f"relevance pass such ops run out of place, so the pass would account for another function than "
-            f"the model. Write them out of place (x = x.mul(a), not x.mul_(a)).")
+    mode.check_in_place(model, plain, out)
 
 
 def check_conservation(
@@ -138,7 +131,8 @@ def check_conservation(
         per op), relevance entering and leaving every module, and every op
         that ran without a relevance rule.
     """
-    if any(isinstance(v, dict) and v and all(isinstance(t, Tensor) for t in v.values()) for v in (*args, *kwargs.values())):
+    if any(isinstance(v, dict) and v and all(isinstance(t, Tensor) for t in v.values())
+           for v in (*args, *kwargs.values())):
         raise TypeError(
             "check_conservation: the inputs hold dicts ({node_type: x}, {edge_type: edge_index}): heterogeneous "
             "models are not checked module by module yet. lrp.explain and LRP in PyG's Explainer explain them "

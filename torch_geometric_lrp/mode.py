@@ -1536,6 +1536,19 @@ class RelevanceMode(TorchFunctionMode):
             return None
         return _joined(kinds)
 
+    def check_in_place(self, model: torch.nn.Module, plain: Tensor, out: Tensor) -> None:
+        """Where the forward ran in-place ops on relevance tensors (:attr:`in_place`,
+        run out of place in the pass): raise where the pass's output ``out``
+        differs from the ``plain`` forward's, as the forward then went on
+        without their returned tensor and computed something else."""
+        self.in_place_checked = True
+        if not torch.allclose(plain, out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
+            raise UnsupportedOpError(
+                f"{type(unwrap(model)).__name__}: the forward runs in-place ops on tensors that carry relevance "
+                f"({', '.join(dict.fromkeys(self.in_place))}) and goes on without a returned tensor. Inside the "
+                f"relevance pass such ops run out of place, so the pass would explain another function than the "
+                f"model. Write them out of place (x = x.mul(a), not x.mul_(a)).")
+
     def held_factor(self, a: Tensor, b: Tensor) -> Optional[int]:
         """Which factor of the product of signals ``a`` and ``b`` is a gate,
         held constant (``0`` or ``1``), or ``None`` for neither (the product

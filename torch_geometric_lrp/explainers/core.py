@@ -27,7 +27,6 @@ far from 0 is relevance that an op changed without reporting it.
 from __future__ import annotations
 
 import math
-
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -233,15 +232,9 @@ class Pass:
         mode (:meth:`RelevanceMode.unrouted`) until the pass closes."""
         self._stack.enter_context(self.mode.unrouted())
         if self.mode.in_place:
-            self.mode.in_place_checked = True
             with torch.no_grad():
                 plain = self._call(x, edge_index, kwargs)
-            if not torch.allclose(plain, self.out.detach(), rtol=1e-4, atol=1e-6, equal_nan=True):
-                raise UnsupportedOpError(
-                    f"{type(unwrap(self.model)).__name__}: the forward runs in-place ops on tensors that carry "
-                    f"relevance ({', '.join(dict.fromkeys(self.mode.in_place))}) and goes on without a returned "
-                    f"tensor. Inside the relevance pass such ops run out of place, so the pass would explain "
-                    f"another function than the model. Write them out of place (x = x.mul(a), not x.mul_(a)).")
+            self.mode.check_in_place(self.model, plain, self.out)
         if not self.out.requires_grad:
             warnings.warn(f"LRP: the output of {type(unwrap(self.model)).__name__} does not depend on the explained "
                           f"inputs as autograd sees them (a forward under torch.no_grad(), or detached tensors), so "
