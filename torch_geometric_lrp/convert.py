@@ -2,9 +2,9 @@
 
 The converted model is a copy of the module tree whose modules hold the very
 same ``Parameter`` and buffer objects as the original, in the same dicts
-(training one trains both; ``.to()`` on either moves both), with PyG layers swapped for their :mod:`torch_geometric_lrp.nn`
-subclasses and a *composite* (which rule each module's weighted ops use)
-attached. The original is never modified: no class swap, no hook, no flag.
+(training one trains both; ``.to()`` on either moves both), with PyG layers
+swapped for their :mod:`torch_geometric_lrp.nn` subclasses and a *composite*
+(which rule each module's weighted ops use) attached. The original is never modified: no class swap, no hook, no flag.
 """
 from __future__ import annotations
 
@@ -326,12 +326,11 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     unmatched = [k for k in by_name if k not in modules and not any(fnmatch.fnmatchcase(n, k) for n in modules)]
     aliases = {n: m for n, m in model.named_modules(remove_duplicate=False) if n in unmatched}
     if aliases:  # a module registered under several names has one rule: key it by its first name
-        first = {id(m): n for n, m in reversed(named)}
         name, module = next(iter(aliases.items()))
+        first = next(n for n, m in named if m is module)
         raise ValueError(
-            f"rules: {name!r} is the module {first.get(id(module), '?')!r} registered under a second name (one "
-            f"module, its weights tied); a module has one rule, so key it by {first.get(id(module), '?')!r}, "
-            f"the name model.named_modules() gives it.")
+            f"rules: {name!r} is the module {first!r} registered under a second name (one module, its weights "
+            f"tied); a module has one rule, so key it by {first!r}, the name model.named_modules() gives it.")
     if unmatched:  # a misspelt name would leave its module on the default, silently
         names = [repr(n) for n in modules if n][:8]
         raise ValueError(

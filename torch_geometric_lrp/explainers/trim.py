@@ -256,12 +256,9 @@ def _made_from(output) -> Optional[list]:
     map's next linear op reads instead of it; ``None`` where it has none."""
     if not isinstance(output, Tensor) or output.grad_fn is None:
         return None
-    nodes = [output.grad_fn]
     mode = current_mode()
-    entry = mode._maps.get(output) if mode is not None else None
-    if entry is not None:
-        nodes += [t.grad_fn for t in entry[1] if isinstance(t, Tensor) and t.grad_fn is not None]
-    return nodes
+    streams = mode.streams_of(output) if mode is not None else ()
+    return [output.grad_fn] + [t.grad_fn for t in streams if t is not output and t.grad_fn is not None]
 
 
 def _descends(nodes: list, ancestors: Optional[list], budget: int) -> bool:
