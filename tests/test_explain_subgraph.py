@@ -744,7 +744,7 @@ def test_a_layer_that_propagates_more_often_than_counted_falls_back(monkeypatch)
     model = OneLayer(LoopsPropagate(), F_IN).double().eval()
     x, edge_index = sparse_graph()
     x = x.double()
-    with pytest.warns(lrp.explainers.SubgraphWarning, match=r"LoopsPropagate \(3 propagations in a row, counted as 1 hops\)"):
+    with pytest.warns(lrp.explainers.SubgraphWarning, match=r"LoopsPropagate \(3 propagations, counted as 1 hops\)"):
         cut = lrp.explain(model, x, edge_index, index=10)
     full = lrp.explain(model, x, edge_index, index=10, subgraph=False)
     torch.testing.assert_close(cut.node_mask, full.node_mask, rtol=1e-9, atol=1e-12)
@@ -775,7 +775,6 @@ def test_a_layer_that_reads_its_edge_layout_is_explained_on_the_full_graph(monke
     full = lrp.explain(model, x, edge_index, index=9, subgraph=False)
     assert cut.score == full.score
 
-
 class MeanAndSquares(MessagePassing):
     """One hop, two propagations side by side: the mean and the mean of squares of the neighbours."""
 
@@ -787,16 +786,33 @@ class MeanAndSquares(MessagePassing):
         return self.lin(torch.cat([self.propagate(edge_index, x=x), self.propagate(edge_index, x=x * x)], dim=-1))
 
 
-def test_propagations_side_by_side_count_one_hop(monkeypatch):
-    """Two propagations whose inputs do not depend on each other are one hop:
-    the cut is used, with no warning (before: a fallback to the full graph)."""
+class GatedByItsOwnAggregate(MessagePassing):
+    """Two hops: the second propagation is gated by the first's output, a gate
+    the pass holds constant (no autograd link to follow)."""
+
+    def __init__(self):
+        super().__init__(aggr="mean")
+        self.lin = torch.nn.Linear(F_IN, F_IN)
+
+    def forward(self, x, edge_index):
+        v = self.lin(x)
+        return self.propagate(edge_index, x=v * torch.sigmoid(self.propagate(edge_index, x=v)))
+
+
+@pytest.mark.parametrize("layer", [MeanAndSquares, GatedByItsOwnAggregate])
+def test_every_propagation_of_a_layer_counts(layer, monkeypatch):
+    """Whether a propagation reads another's output cannot be told in
+    general (a gate the pass holds, a detach, no_grad): every propagation
+    counts as a hop, and the explanation falls back where the layer's hops
+    do not cover them, equal to the full graph's. Side by side propagations
+    cost a needless fallback; a chain through a gate was explained on too
+    small a cut (node 10: -0.2324 for -0.2330, found by a probe)."""
     monkeypatch.setattr(lrp.explainers.core, "FULL_CHECK_EDGES", 0)
     torch.manual_seed(0)
-    model = OneLayer(MeanAndSquares(), F_IN).double().eval()
+    model = OneLayer(layer(), F_IN).double().eval()
     x, edge_index = sparse_graph()
     x = x.double()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+    with pytest.warns(lrp.explainers.SubgraphWarning, match=rf"{layer.__name__} \(2 propagations, counted as 1 hops\)"):
         cut = lrp.explain(model, x, edge_index, index=10)
     full = lrp.explain(model, x, edge_index, index=10, subgraph=False)
     torch.testing.assert_close(cut.node_mask, full.node_mask, rtol=1e-9, atol=1e-12)

@@ -44,7 +44,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor
-from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.conv import FiLMConv, MessagePassing, RGCNConv, SignedConv
 
 from ..mode import current_mode
 from .subgraph import layer_hops
@@ -161,75 +161,54 @@ def _per_edge_args(layer: MessagePassing, kwargs: dict, num_edges: int) -> Optio
     return per_edge
 
 
-class Propagations:
-    """Counts how many propagations of each message-passing layer follow one
-    another in a forward (a context manager over ``model``): a propagation
-    whose inputs depend on an earlier one of the same layer (autograd
-    ancestry) is one hop further; one beside it (per relation, a second
-    statistic of the same neighbours) is not. :meth:`beyond` names the
-    layers whose chain is longer than their hops
-    (:func:`~torch_geometric_lrp.explainers.subgraph.layer_hops`), so that a
-    cut for that many hops may be too small (a layer applied more often than
-    it appears, a layer of the user's that propagates ``K`` times). Where
-    ancestry cannot be told (inputs without autograd history, a long way
-    back) the propagation counts as following: too many hops only cost a
-    fallback."""
+#: Layers that propagate more than once per call side by side, each over
+#: some of the edges, at one depth: once per relation (``RGCNConv``,
+#: ``FiLMConv``), over positive and negative edges (``SignedConv``).
+PARALLEL_PROPAGATIONS: tuple = (RGCNConv, FiLMConv, SignedConv)
 
-    #: autograd nodes looked at per propagation and earlier one, at most
-    BUDGET = 512
+
+class Propagations:
+    """Counts each message-passing layer's propagations in a forward (a
+    context manager over ``model``): :meth:`beyond` names the layers that
+    propagated more often than their hops
+    (:func:`~torch_geometric_lrp.explainers.subgraph.layer_hops`) allow, so
+    that a cut for that many hops may be too small (a layer applied more
+    often than it appears, a layer of the user's that propagates ``K``
+    times). Every propagation counts, those side by side too (two statistics
+    of the same neighbours): whether one reads another's output cannot be
+    told in general (the pass holds gates constant, a forward may detach or
+    run under ``no_grad``), and one hop too many only costs a fallback. The
+    known exceptions are :data:`PARALLEL_PROPAGATIONS`."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
+        self.counts: dict[int, int] = {}
         self._hops = layer_hops(model)
         self._layers = {id(m): m for m in model.modules() if isinstance(m, MessagePassing)}
-        # id(layer) -> [(output nodes, depth)] of its propagations so far
-        self._chains: dict[int, list] = {}
-        self._pending: dict[int, int] = {}  # id(layer) -> depth of the propagation running
         self._hooks: list = []
         self._thread = threading.get_ident()
+        self._mode = current_mode()
 
     def __enter__(self) -> "Propagations":
         for layer in self._layers.values():
-            self._hooks += [layer.register_propagate_forward_pre_hook(self._started),
-                            layer.register_propagate_forward_hook(self._finished)]
+            self._hooks.append(layer.register_propagate_forward_pre_hook(self._count))
         return self
 
     def __exit__(self, *exc) -> None:
         _remove(self._hooks)
 
-    def _counted(self) -> bool:
-        # the relevance forward only (with gradients), not a plain check forward inside the pass
-        return threading.get_ident() == self._thread and torch.is_grad_enabled()
-
-    def _started(self, layer, inputs):
-        if not self._counted():
-            return None
-        earlier = self._chains.get(id(layer), [])
-        tensors = _tensors_in(inputs)
-        nodes = [t.grad_fn for t in tensors if t.grad_fn is not None]
-        # inputs that are leaves (the explained input itself) descend from nothing; inputs without
-        # any autograd history (values detached, or computed under no_grad) cannot be told apart
-        unknown = not nodes and not any(t.requires_grad for t in tensors)
-        depth = 1 + max((d for out, d in earlier if unknown or _descends(nodes, out, self.BUDGET)), default=0)
-        self._pending[id(layer)] = depth
-        return None
-
-    def _finished(self, layer, inputs, output):
-        depth = self._pending.pop(id(layer), None)
-        if depth is not None:
-            nodes = _made_from(output)
-            self._chains.setdefault(id(layer), []).append((nodes, depth))
+    def _count(self, layer, inputs):
+        # the model's forward only, not a plain forward the pass runs beside it (its mode paused)
+        if threading.get_ident() == self._thread and (
+                self._mode is None or self._mode in torch.overrides._get_current_function_mode_stack()):
+            self.counts[id(layer)] = self.counts.get(id(layer), 0) + 1
         return None
 
     def beyond(self) -> list[str]:
-        """``"Name (n propagations in a row, counted as k hops)"`` for each layer beyond its hops."""
-        found = []
-        for i, chain in self._chains.items():
-            longest, hops = max(d for _, d in chain), max(self._hops[i], 1)
-            if longest > hops:
-                found.append(f"{type(self._layers[i]).__name__} ({longest} propagations in a row, counted as "
-                             f"{hops} hops)")
-        return found
+        """``"Name (n propagations, counted as k hops)"`` for each layer beyond its hops."""
+        return [f"{type(self._layers[i]).__name__} ({n} propagations, counted as {max(self._hops[i], 1)} hops)"
+                for i, n in self.counts.items()
+                if n > max(self._hops[i], 1) and not isinstance(self._layers[i], PARALLEL_PROPAGATIONS)]
 
 
 def _remove(hooks: list) -> None:
@@ -237,52 +216,3 @@ def _remove(hooks: list) -> None:
     for hook in hooks:
         hook.remove()
     hooks.clear()
-
-
-def _tensors_in(value) -> list:
-    """The tensors in a propagate's inputs (nested in tuples, lists and dicts)."""
-    if isinstance(value, Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors_in(v)]
-    return []
-
-
-def _made_from(output) -> Optional[list]:
-    """The autograd nodes that stand for a propagation's ``output``: its own,
-    and in the relevance pass the stream outputs of its linear map, which the
-    map's next linear op reads instead of it; ``None`` where it has none."""
-    if not isinstance(output, Tensor) or output.grad_fn is None:
-        return None
-    mode = current_mode()
-    streams = mode.streams_of(output) if mode is not None else ()
-    return [output.grad_fn] + [t.grad_fn for t in streams if t is not output and t.grad_fn is not None]
-
-
-def _descends(nodes: list, ancestors: Optional[list], budget: int) -> bool:
-    """Whether any of autograd ``nodes`` is one of ``ancestors`` or made from
-    one; ``True`` also where that cannot be told within ``budget`` nodes.
-    ``None`` (an output without history: it carries no relevance, as a
-    propagation of constants, or of a relation without edges, in a forward
-    with gradients) is no ancestor. Nodes made before all of them (a lower
-    sequence number) cannot descend from them."""
-    if not ancestors:
-        return False
-    since = min(a._sequence_nr() for a in ancestors)
-    stack, seen = list(nodes), set()
-    while stack:
-        node = stack.pop()
-        if node is None or node in seen:
-            continue
-        if any(node is a for a in ancestors):
-            return True
-        seen.add(node)
-        if len(seen) > budget:
-            return True
-        order = getattr(node, "_sequence_nr", None)
-        if order is not None and order() <= since:
-            continue  # made before the ancestors (an AccumulateGrad has no order: a leaf, a dead end)
-        stack.extend(n for n, _ in node.next_functions)
-    return False
