@@ -584,3 +584,35 @@ def test_an_activation_before_linear_layers_is_a_signal_and_the_later_gate_is_he
     twin_out, expected = gradient_x_input(lambda v: model(v, twin=True), x, seed)
     torch.testing.assert_close(twin_out, out, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(relevance, expected, rtol=1e-9, atol=1e-12)
+
+
+class ScaledBeforeTheGate(nn.Module):
+    """A sigmoid-activated value made first, a sigmoid gate made later from
+    other features; the value is scaled where they meet (``0.5 * v``), which
+    makes its own autograd node later than the gate's."""
+
+    def __init__(self):
+        super().__init__()
+        self.lv, self.lg, self.out = (nn.Linear(2, 3, bias=False), nn.Linear(2, 3, bias=False),
+                                      nn.Linear(3, 2, bias=False))
+
+    def forward(self, x, twin=False):
+        v = torch.sigmoid(self.lv(x[:, :2]))
+        g = torch.sigmoid(self.lg(x[:, 2:]))
+        if twin:
+            v = linearised(torch.sigmoid, self.lv(x[:, :2]))
+        return self.out((0.5 * v) * (g.detach() if twin else g))
+
+
+def test_of_two_gates_of_one_kind_the_one_whose_activation_ran_later_is_held():
+    """The order is that of the activations, not of the scaling or view
+    applied where the factors meet (before, ``0.5 * v`` made the value look
+    later: it was held and the gate's features took all the relevance)."""
+    torch.manual_seed(0)
+    model = ScaledBeforeTheGate().to(DTYPE)
+    x = inputs((5, 4))
+    seed = inputs((5, 2), seed=2)
+    _, relevance, _ = lrp0(model, x, seed)
+    _, expected = gradient_x_input(lambda v: model(v, twin=True), x, seed)
+    torch.testing.assert_close(relevance, expected, rtol=1e-9, atol=1e-12)
+    assert float(relevance[:, 2:].abs().max()) < 1e-12

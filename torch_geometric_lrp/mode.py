@@ -735,12 +735,14 @@ _GATE_COPIES = frozenset({"CatBackward", "StackBackward", "SplitBackward", "Spli
                           "TrilBackward", "TriuBackward", "UnfoldBackward", "NarrowBackward"})
 
 
-def _joined(kinds: list) -> str:
-    """The gate kind of a sum or join of gates of ``kinds``: ``"gate"`` where
-    all are, else ``"tanh"``. A tanh output carries relevance in a product with
-    a sigmoid-like gate (an LSTM's candidate), and so does what it is summed
-    into (the cell state ``f c + i g``, a GRU's ``(1 - z) n + z h``)."""
-    return "gate" if all(k == "gate" for k in kinds) else "tanh"
+def _joined(infos: list) -> tuple:
+    """The gate ``(kind, made)`` of a sum or join of gates ``infos``: kind
+    ``"gate"`` where all are, else ``"tanh"`` (a tanh output carries relevance
+    in a product with a sigmoid-like gate, an LSTM's candidate, and so does what
+    it is summed into: the cell state ``f c + i g``, a GRU's
+    ``(1 - z) n + z h``); made when the latest of them was."""
+    kind = "gate" if all(k == "gate" for k, _ in infos) else "tanh"
+    return kind, max(made for _, made in infos)
 
 
 # Identities on a gate's values (FAConv drops out its tanh attention): still a gate.
@@ -764,9 +766,9 @@ def _pass(fn):
         if fn in _OUTPUT_ACTIVATIONS:
             mode._pre_activation[out.grad_fn] = input
         if fn in _GATES:
-            mode.mark_gate(out, "tanh" if fn is torch.tanh else "gate")
+            mode.mark_gate(out, ("tanh" if fn is torch.tanh else "gate", out.grad_fn._sequence_nr()))
         elif fn in _GATE_KEEPING:
-            mode.mark_gate(out, mode.is_gate(input))
+            mode.mark_gate(out, mode.gate_info(input))
         return out
     return handler
 
@@ -1172,7 +1174,8 @@ class RelevanceMode(TorchFunctionMode):
         self._any_stale = False
         self.stale_used: list = []
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
-        self._gates: dict = {}  # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> "gate" or "tanh"
+        # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> ("gate" or "tanh", when the gate was made)
+        self._gates: dict = {}
         # output of a linear op -> (rule, stream outputs): where a linear op
         # that consumes it continues the map
         self._maps = _ByIdentity()
@@ -1352,15 +1355,15 @@ class RelevanceMode(TorchFunctionMode):
             # (With a constant operand, as in cat([x, degree]), it is part of a map
             # so that what the constant absorbs is measured.)
             return NotImplemented
-        kinds = [self.is_gate(t) for t, r in operands if r == "signal"] if self._gates else [None]
-        if None not in kinds and not (name in _MIXING and any(r == "weight" for _, r in operands)):
+        infos = [self.gate_info(t) for t, r in operands if r == "signal"] if self._gates else [None]
+        if None not in infos and not (name in _MIXING and any(r == "weight" for _, r in operands)):
             # a gate times constants or weights element by element, summed or joined with gates
             # (FAConv's tanh(.) * w, GMMConv's sum_k exp(.) g_k): still a gate of the products it
             # enters, held constant there as the gates it is made of would be. (A weight matrix
             # that mixes features, Linear(sigmoid(h)), makes a signal: sigmoid and tanh are
             # activations there.)
             out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
-            self.mark_gate(out, _joined(kinds))
+            self.mark_gate(out, _joined(infos))
             return out
         return self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
 
@@ -1520,21 +1523,28 @@ class RelevanceMode(TorchFunctionMode):
         ``expand``, ...) and through copies whose inputs are all gates
         (``cat``, ``chunk``, ``gather``, ``topk`` values, ``masked_fill``),
         of the kind ``_joined`` gives."""
+        info = self.gate_info(t)
+        return None if info is None else info[0]
+
+    def gate_info(self, t: Tensor) -> Optional[tuple]:
+        """``(kind, made)`` of gate ``t`` (see :meth:`is_gate`), ``made`` the
+        autograd sequence number of the activation it comes from (the latest
+        of several); ``None`` for no gate."""
         return self._gate_of(t.grad_fn) if self._gates else None
 
-    def _gate_of(self, node) -> Optional[str]:
+    def _gate_of(self, node) -> Optional[tuple]:
         while node is not None and node not in self._gates and \
                 type(node).__name__.rstrip("0123456789") in _GATE_SHAPES:
             node = node.next_functions[0][0]
         if node is None:
             return None
-        kind = self._gates.get(node)
-        if kind is not None or type(node).__name__.rstrip("0123456789") not in _GATE_COPIES:
-            return kind
-        kinds = [self._gate_of(n) for n, _ in node.next_functions if n is not None]
-        if not kinds or None in kinds:
+        info = self._gates.get(node)
+        if info is not None or type(node).__name__.rstrip("0123456789") not in _GATE_COPIES:
+            return info
+        infos = [self._gate_of(n) for n, _ in node.next_functions if n is not None]
+        if not infos or None in infos:
             return None
-        return _joined(kinds)
+        return _joined(infos)
 
     def check_in_place(self, model: torch.nn.Module, plain: Tensor, out: Tensor) -> None:
         """Where the forward ran in-place ops on relevance tensors (:attr:`in_place`,
@@ -1557,18 +1567,20 @@ class RelevanceMode(TorchFunctionMode):
         as the candidate does); of two gates of one kind the one made later
         (FAConv's ``x_j * tanh(.)`` after a tanh activation, ``exp(s) * (1 /
         sum exp(s))``: a gate is made from the signal it then weighs)."""
-        gate_a, gate_b = self.is_gate(a), self.is_gate(b)
+        info_a, info_b = self.gate_info(a), self.gate_info(b)
+        gate_a, gate_b = (None if info is None else info[0] for info in (info_a, info_b))
         if gate_a is None and gate_b is None:
             return None
         if gate_a != gate_b:
             return 0 if gate_a == "gate" or gate_b is None else 1
-        made_a, made_b = a.grad_fn._sequence_nr(), b.grad_fn._sequence_nr()
+        # when their activations ran, not the scaling or view applied where they meet
+        made_a, made_b = info_a[1], info_b[1]
         return None if made_a == made_b else 0 if made_a > made_b else 1
 
-    def mark_gate(self, out, kind: Optional[str]) -> None:
-        """Remember ``out`` as a gate of ``kind`` (nothing for ``None``)."""
-        if kind is not None and isinstance(out, Tensor) and out.grad_fn is not None:
-            self._gates[out.grad_fn] = kind
+    def mark_gate(self, out, info: Optional[tuple]) -> None:
+        """Remember ``out`` as a gate of ``info = (kind, made)`` (nothing for ``None``)."""
+        if info is not None and isinstance(out, Tensor) and out.grad_fn is not None:
+            self._gates[out.grad_fn] = info
 
     def call(self, func: Callable, *args, **kwargs):
         """``func(*args, **kwargs)`` routed like an op of the forward: for
