@@ -178,7 +178,7 @@ class Propagations:
     of the same neighbours): whether one reads another's output cannot be
     told in general (the pass holds gates constant, a forward may detach or
     run under ``no_grad``), and one hop too many only costs a fallback. The
-    known exceptions are :data:`PARALLEL_PROPAGATIONS`."""
+    known exceptions are ``PARALLEL_PROPAGATIONS``."""
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
