@@ -755,6 +755,9 @@ _SELECTIONS = frozenset({"SelectBackward", "SliceBackward"})
 # ... and the broadcasts a gate goes through before it multiplies.
 _GATE_SHAPES = _ORDER_KEEPING | {"ExpandBackward", "TransposeBackward", "PermuteBackward", "SelectBackward",
                                  "SliceBackward", "IndexBackward", "IndexSelectBackward"}
+# What an output's logits are found through (RelevanceMode.logits_of), and every copy or reshape.
+_TO_LOGITS = _ORDER_KEEPING | _SELECTIONS
+_COPIES = _GATE_SHAPES | _GATE_COPIES | _SELECTIONS
 
 
 def _pass(fn):
@@ -1356,16 +1359,15 @@ class RelevanceMode(TorchFunctionMode):
             # so that what the constant absorbs is measured.)
             return NotImplemented
         infos = [self.gate_info(t) for t, r in operands if r == "signal"] if self._gates else [None]
+        out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
         if None not in infos and not (name in _MIXING and any(r == "weight" for _, r in operands)):
             # a gate times constants or weights element by element, summed or joined with gates
             # (FAConv's tanh(.) * w, GMMConv's sum_k exp(.) g_k): still a gate of the products it
             # enters, held constant there as the gates it is made of would be. (A weight matrix
             # that mixes features, Linear(sigmoid(h)), makes a signal: sigmoid and tanh are
             # activations there.)
-            out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
             self.mark_gate(out, _joined(infos))
-            return out
-        return self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
+        return out
 
     def _linear_op_of_signals(self, name, fn, kind, rule, args, kwargs, keyed, operands):
         if rule.signed:
@@ -1608,7 +1610,7 @@ class RelevanceMode(TorchFunctionMode):
         probability."""
         node = out.grad_fn
         while node is not None and node not in self._pre_activation and \
-                type(node).__name__.rstrip("0123456789") in _ORDER_KEEPING | _SELECTIONS:
+                type(node).__name__.rstrip("0123456789") in _TO_LOGITS:
             node = node.next_functions[0][0]
         logits = self._pre_activation.get(node)
         if logits is None:
@@ -1636,7 +1638,7 @@ class RelevanceMode(TorchFunctionMode):
             seen.add(node)
             if node in self._pre_activation:
                 return True
-            if type(node).__name__.rstrip("0123456789") in _GATE_SHAPES | _GATE_COPIES | _SELECTIONS:
+            if type(node).__name__.rstrip("0123456789") in _COPIES:
                 stack.extend(n for n, _ in node.next_functions)
         return False
 

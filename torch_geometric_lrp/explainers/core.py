@@ -486,9 +486,10 @@ def _explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, r
             and settings.task_level in (None, ModelTaskLevel.node) and "edge_label_index" not in kwargs \
             and (not rows.numel() or int(rows.max()) < n):
         e = edge_index.shape[1]
-        c = cut(rows, count_hops(model), edge_index, n, message_flow(model))
+        hops = count_hops(model)
+        c = cut(rows, hops, edge_index, n, message_flow(model))
         if pays_off(c, n, e) and not slice_inputs(kwargs, c, n, e)[1]:
-            result = on_cut(model, x, edge_index, kwargs, c, rows, target, settings)
+            result = on_cut(model, x, edge_index, kwargs, c, rows, target, settings, num_hops=hops)
             if result is not None:
                 return replace(result, total=input_total(result.node, result.edge_attr),
                                node=_spread(result.node, c.nodes, n), edge=_spread(result.edge, c.edge_id, e),
