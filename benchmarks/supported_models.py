@@ -47,7 +47,7 @@ Writes ``benchmarks/results/coverage.md`` (``--out``); ``--only NAME`` runs the
 entries of that name or class with tracebacks and writes nothing unless
 ``--out`` is given. One torch thread; about 15 seconds on two cores.
 
-    python benchmarks/coverage.py [--only NAME] [--out PATH]
+    python benchmarks/supported_models.py [--only NAME] [--out PATH]
 """
 from __future__ import annotations
 
@@ -809,7 +809,7 @@ def report(rows: list[Row], seconds: float) -> str:
         f"{counts['refused']} refused, {counts['skipped']} skipped (not counted)",
         f"- left out as not layers: {', '.join(f'`{n}`' for n in sorted(NOT_LAYERS))}",
         f"- runtime of this run: {seconds:.0f} s", "",
-        "What each column means: see the docstring of `benchmarks/coverage.py`. `time` is one explanation / "
+        "What each column means: see the docstring of `benchmarks/supported_models.py`. `time` is one explanation / "
         "one plain forward + backward of the same model (median of 3, alternately).", "",
     ]
     body = [[r.entry.name, r.entry.kind, r.task, r.status, r.reason.replace("|", "\\|"),
@@ -839,7 +839,7 @@ def main() -> None:
     rows = []
     for entry in entries:
         if entry.build is None:
-            rows.append(Row(entry, "skipped (cannot build)", "no builder in benchmarks/coverage.py"))
+            rows.append(Row(entry, "skipped (cannot build)", "no builder in benchmarks/supported_models.py"))
             continue
         start = time.perf_counter()
         rows.append(run(entry, verbose=bool(args.only)))
