@@ -646,6 +646,76 @@ def test_an_in_place_write_under_another_rule_starts_a_map(l1_rule):
     torch.testing.assert_close(relevance(WritesBetweenLayers(True)), relevance(WritesBetweenLayers(False)))
 
 
+class ScalesBetweenLayers(torch.nn.Module):
+    """``l1``, arithmetic on its output in the model's own forward (whose rule
+    differs from ``l1``'s), in place (result dropped) or out of place, then ``l2``."""
+
+    def __init__(self, op: str, in_place: bool):
+        super().__init__()
+        torch.manual_seed(4)
+        self.l1, self.l2 = torch.nn.Linear(F_IN, HID).double(), torch.nn.Linear(HID, 3).double()
+        self.op, self.in_place = op, in_place
+
+    def forward(self, x):
+        h = self.l1(x)
+        in_place, out_of_place = ARITHMETIC[self.op]
+        other = h.detach().relu()
+        if self.in_place:
+            in_place(h, other)
+        else:
+            h = out_of_place(h, other)
+        return self.l2(h.relu())
+
+
+@pytest.mark.parametrize("op", ["mul_", "add_ constant", "div_", "index_add_"])
+@pytest.mark.parametrize("l1_rule", [Epsilon(0.0), Epsilon(1e-3), Gamma(0.25)], ids=["eps0", "eps", "gamma"])
+def test_arithmetic_in_place_under_another_rule_starts_a_map(op, l1_rule):
+    """``h = l1(x); h.mul_(a)`` in a forward whose rule differs from
+    ``l1``'s (the default composite: ``Gamma`` on the layer, ``Epsilon`` on
+    the model): the op starts a map of its own, as out of place. Before,
+    the backward failed with autograd's in-place version error (the new
+    map was opened from ``h`` itself, which the write then changed)."""
+    def relevance(model):
+        rules = {"l1": l1_rule, "l2": Gamma(0.5)}
+        with relevance_pass(model, rules=rules, default_rule=Epsilon(1e-6)) as mode:
+            watched = mode.watch(X)
+            out = model(watched)
+            (r,) = mode.backward(out, out.detach(), [watched])
+        return out.detach(), r
+    got, want = relevance(ScalesBetweenLayers(op, True)), relevance(ScalesBetweenLayers(op, False))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_arithmetic_in_place_on_a_layer_output_under_the_default_composite():
+    """The shape users write: ``h = conv1(x, e); h.mul_(a)`` under
+    ``lrp.explain``'s default rules (the layer's differ from the model's).
+    Node and edge masks equal those of ``h = h * a``."""
+    from torch_geometric.nn import GCNConv
+
+    class Net(torch.nn.Module):
+        def __init__(self, in_place):
+            super().__init__()
+            torch.manual_seed(1)
+            self.c1, self.c2, self.in_place = GCNConv(5, 8).double(), GCNConv(8, 3).double(), in_place
+
+        def forward(self, x, edge_index):
+            h = self.c1(x, edge_index)
+            if self.in_place:
+                h.mul_(SCALE)
+            else:
+                h = h * SCALE
+            return self.c2(h.relu(), edge_index)
+
+    g = torch.Generator().manual_seed(0)
+    x, edge_index = torch.randn(12, 5, dtype=torch.float64, generator=g), torch.randint(0, 12, (2, 40), generator=g)
+    got, want = (lrp.explain(Net(p), x, edge_index, index=3) for p in (True, False))
+    torch.testing.assert_close(got.node_mask, want.node_mask, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.edge_mask, want.edge_mask, rtol=1e-12, atol=1e-12)
+
+
+SCALE = torch.rand(8, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) + 0.2
+
+
 def test_a_write_through_a_view_of_a_map_end_is_refused():
     """``v = h[:, :2]; v.zero_()`` changes ``h`` too, which no replay on
     ``v``'s streams reaches. Before, explained wrongly (under ``Gamma``

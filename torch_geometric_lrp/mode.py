@@ -68,7 +68,7 @@ from . import functional as R
 from .attention import ATTENTION_HANDLERS
 from .recurrent import RECURRENT_HANDLERS
 from . import maps
-from .rules import Epsilon, Pass, Rule, _negative, _positive, _zero, nonfinite_guard, times
+from .rules import Epsilon, Pass, Rule, _negative, _positive, _zero, check_rule, nonfinite_guard, times
 
 __all__ = ["RelevanceMode", "UnsupportedOpError", "relevance_pass", "is_active", "current_mode"]
 
@@ -1153,6 +1153,9 @@ class RelevanceMode(TorchFunctionMode):
                  default_rule: Optional[Rule] = None, names: Optional[dict] = None,
                  model: Optional[torch.nn.Module] = None, type_rules: Sequence = ()):
         super().__init__()
+        for rule in (default_rule, *(rules or {}).values(), *(r for _, r in type_rules)):
+            if rule is not None:
+                check_rule(rule)
         self.strict = strict
         self.rules = {id(m): r for m, r in (rules or {}).items()}
         self._keep_alive = list((rules or {}).keys())  # ids stay valid while the mode lives
@@ -2098,7 +2101,18 @@ class RelevanceMode(TorchFunctionMode):
             out = self._route(fn, args, kwargs)
         else:
             self._check_aliases(func, h)
-            out = self._route(fn, (self._route(torch.clone, (h,), {}), *args[1:]), kwargs)
+            entry = self._maps.get(h)
+            if entry is not None and entry[0] != self.current_rule():
+                # The op runs under another rule than the map's, so it starts a
+                # map of its own, opened from its input, which autograd keeps
+                # for the backward: from a copy that ends the old map, not from
+                # ``h``, which is about to be written (as in _written_map_end).
+                rule, outputs = entry
+                with torch.enable_grad():
+                    source = self._register(h.detach().clone(), rule, [o.clone() for o in outputs])
+            else:
+                source = self._route(torch.clone, (h,), {})
+            out = self._route(fn, (source, *args[1:]), kwargs)
         if not isinstance(out, Tensor) or out.shape != h.shape:
             raise RuntimeError(f"'{name}' in {self.where()}: its result has shape "
                                f"{tuple(getattr(out, 'shape', ()))}, which cannot be written into the tensor of shape "
