@@ -174,8 +174,16 @@ def check_conservation(
 
             def alias(a):
                 if isinstance(a, Tensor) and a.requires_grad and mode is not None:
+                    producers = _owners(a)
                     a = mode.alias(a)
                     mode.relevance_hook(a, lambda r: _add(name, "leaving", r))
+                    if type(a.grad_fn) is _CLOSE:
+                        # An input that ends a map: the alias continues the map,
+                        # so the backward reaches this alias's end, not the
+                        # producer's. What its stabiliser keeps (and loses) left
+                        # this module, and entered the modules that output it.
+                        a.grad_fn.kept = lambda r: _add_each([(name, "leaving")] +
+                                                             [(n, "entering") for n in producers], r)
                 elif isinstance(a, (list, tuple)):
                     a = type(a)(alias(v) for v in a)
                 return a
@@ -189,12 +197,16 @@ def check_conservation(
 
             def alias(a):
                 if isinstance(a, Tensor) and a.requires_grad and mode is not None:
+                    inner = _owners(a)  # modules inside this one that output the same tensor
                     a = mode.alias(a)
                     mode.relevance_hook(a, lambda r: _add(name, "entering", r))
                     if type(a.grad_fn) is _CLOSE:
                         # the end of a map: what its stabiliser keeps and what it
-                        # loses (outputs with z = 0) entered the module too
-                        a.grad_fn.kept = lambda r: _add(name, "entering", r)
+                        # loses (outputs with z = 0) entered the module too, and
+                        # the inner modules whose alias this one continues
+                        owners = inner + [name]
+                        a.grad_fn.kept = lambda r: _add_each([(n, "entering") for n in owners], r)
+                        outputs[id(a)] = (a, owners)
                 elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
                     a = type(a)(alias(v) for v in a)
                 return a
@@ -203,6 +215,18 @@ def check_conservation(
 
     def _add(name, attr, relevance):
         setattr(layers[name], attr, getattr(layers[name], attr) + relevance.sum().item())
+
+    def _add_each(targets, relevance):
+        for name, attr in targets:
+            _add(name, attr, relevance)
+
+    # The map ends that modules output (each alias a post hook made), with the
+    # names of the modules that output it (nested modules share an output).
+    outputs: dict[int, tuple[Tensor, list[str]]] = {}
+
+    def _owners(t: Tensor) -> list[str]:
+        entry = outputs.get(id(t))
+        return list(entry[1]) if entry is not None and entry[0] is t else []
 
     for name, module in model.named_modules():
         if name:
