@@ -486,6 +486,36 @@ def test_rules_are_validated():
         lrp.convert(torch.nn.Linear(2, 2), rules={3: R.Epsilon()})
 
 
+class LinearOnly(R.Rule):
+    """A rule that defines ``linear`` only (LRP-0 on one Linear)."""
+
+    def linear(self, x, weight, bias, out, relevance):
+        s, dropped = R.divide(relevance, out)
+        return x * (s @ weight), dropped
+
+
+def test_a_rule_with_linear_only_serves_functional_linear_and_is_refused_by_the_pass():
+    """Such a rule works with ``functional.linear``; the pass applies rules
+    to whole maps through ``streams`` and ``gradients``. Before, every
+    explanation failed with an empty ``NotImplementedError`` from inside the
+    backward."""
+    from torch_geometric_lrp import functional as LF
+
+    x = torch.rand(4, 3, dtype=torch.float64, requires_grad=True)
+    w, b = torch.rand(2, 3, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)
+    out = LF.linear(x, w, b, LinearOnly())
+    out.backward(out.detach())
+    torch.testing.assert_close(x.grad, x.detach() * (torch.ones_like(out) @ w))  # LRP-0, no bias: R = x * (1 @ W)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    for rules in (LinearOnly(), {torch.nn.Linear: LinearOnly()}):
+        for call in (lambda: lrp.convert(model, rules), lambda: lrp.LRP(rules=rules),
+                     lambda: lrp.relevance_pass(model, rules=rules).__enter__(),
+                     lambda: lrp.explain(GCNConv(3, 2).double(), x.detach(), torch.tensor([[0, 1], [1, 2]]),
+                                         rules=rules, mode="regression")):
+            with pytest.raises(TypeError, match="rules: LinearOnly does not define gradients"):
+                call()
+
+
 def test_module_rows_count_what_enters_from_outside():
     """A block returns ``(b(h), h)`` with ``h = a(x)`` and only its first
     output is used: the relevance entering the block is the seed, not the
@@ -537,6 +567,49 @@ def test_a_module_that_loses_or_keeps_relevance_shows_it_in_its_gap(rule):
     assert row.entering == pytest.approx(float(seed.sum()), rel=1e-9)
     assert row.gap == pytest.approx(report.lost + report.absorbed, rel=1e-9)
     assert report.lost == pytest.approx(float(seed[3].sum()), rel=1e-9)
+
+
+def test_module_rows_of_nested_modules_and_of_a_relu_between_maps():
+    """``head = Sequential(Linear, ReLU, Linear)`` inside a model, under
+    ``Epsilon(0.5)``: each row equals a dense reference (``R`` at each
+    module's output and input), the ReLU's gap is 0 and each Linear's gap is
+    what its bias and stabiliser kept. Before, the stabiliser's share at the
+    end of ``head.0`` showed as the ReLU's gap (-0.013), and ``head.2``,
+    whose output is also ``head``'s, showed entering 1.17 for a seed of
+    3.62 (the backward reaches the outer module's end of the map, not the
+    inner one's)."""
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3)).double()
+
+        def forward(self, x):
+            return self.head(x)
+
+    model, eps = Net(), 0.5
+    x = torch.randn(5, 4, dtype=torch.float64)
+    report = lrp.check_conservation(model, x, rules={torch.nn.Module: R.Epsilon(eps)})
+    rows = {layer.name: layer for layer in report.layers}
+    lin0, lin2 = model.head[0], model.head[2]
+
+    def stab(z):
+        return z + eps * torch.where(z >= 0, 1.0, -1.0)
+
+    with torch.no_grad():  # the dense reference, one Linear at a time
+        z0 = x @ lin0.weight.T + lin0.bias
+        h = z0.relu()
+        z2 = h @ lin2.weight.T + lin2.bias
+        r_h = h * ((z2 / stab(z2)) @ lin2.weight)  # seed R = z2
+        r_x = x * ((r_h / stab(z0)) @ lin0.weight)
+    expected = {"head": (z2.sum(), r_x.sum()), "head.2": (z2.sum(), r_h.sum()),
+                "head.1": (r_h.sum(), r_h.sum()), "head.0": (r_h.sum(), r_x.sum())}
+    for name, (entering, leaving) in expected.items():
+        assert rows[name].entering == pytest.approx(float(entering), rel=1e-9, abs=1e-12), name
+        assert rows[name].leaving == pytest.approx(float(leaving), rel=1e-9, abs=1e-12), name
+    assert rows["head.1"].gap == 0.0
+    assert rows["head.0"].gap + rows["head.2"].gap == pytest.approx(report.absorbed, rel=1e-9)
 
 
 # ---------------------------------------------------------------------------

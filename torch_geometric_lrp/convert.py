@@ -25,7 +25,7 @@ from torch_geometric.utils._trim_to_layer import TrimToLayer
 
 from . import nn as lrp_nn
 from .mode import unwrap
-from .rules import Epsilon, Gamma, Rule, ZPlus
+from .rules import Epsilon, Gamma, Rule, ZPlus, check_rule
 
 __all__ = ["convert", "register", "resolve_rules", "type_rules", "composite", "UnsupportedModuleError", "DEFAULT_INPUT",
            "DEFAULT_LOWER", "DEFAULT_UPPER", "CONV_WRAPPERS"]
@@ -162,6 +162,7 @@ def composite(rules) -> dict:
     if rules is None:
         return {}
     if isinstance(rules, Rule):
+        check_rule(rules)
         return {torch.nn.Module: rules}
     if not isinstance(rules, dict):
         raise TypeError(
@@ -175,6 +176,7 @@ def composite(rules) -> dict:
         if not isinstance(value, Rule):
             raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r} "
                             f"for key {key!r}.")
+        check_rule(value)
     # a torch_geometric_lrp.nn layer stands for the PyG layer of the same name, which a model
     # explained as it is holds (lrp.convert swaps in the subclass, an instance of both)
     return {_PYG_LAYER.get(k, k) if isinstance(k, type) else k: v for k, v in rules.items()}

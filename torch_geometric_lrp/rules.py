@@ -98,6 +98,18 @@ def times(value: Tensor, relevance: Tensor) -> Tensor:
     return out
 
 
+def check_rule(rule: "Rule", argument: str = "rules") -> None:
+    """Refuse a :class:`Rule` subclass that the relevance pass cannot run: one
+    that defines :meth:`Rule.linear` only. The pass applies a rule to whole
+    linear maps through :meth:`Rule.streams` and :meth:`Rule.gradients`
+    (:class:`Pass` has none: under it linear ops use their op-level rules)."""
+    if type(rule).gradients is Rule.gradients and not isinstance(rule, Pass):
+        raise TypeError(
+            f"{argument}: {type(rule).__name__} does not define gradients(relevance, outputs) (and streams()): "
+            f"the relevance pass applies a rule to a whole linear map through them (see the Concepts page, "
+            f"'The rules'). A rule that defines linear() only serves torch_geometric_lrp.functional.linear.")
+
+
 def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
     r"""Return ``(s, dropped)`` with :math:`s = R / \mathrm{stab}(z)` where
     :math:`z \ne 0` and :math:`s = 0` where :math:`z = 0`.
