@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import warnings
 from typing import Callable
 
 import pytest
@@ -316,3 +317,91 @@ def test_a_forward_in_another_thread_during_a_pass_is_warned_about():
         model.done.set()
         thread.join()
     assert not errors and model.training
+
+
+class SharesANorm(torch.nn.Module):
+    """``conv -> norm -> head``, with a ``BatchNorm1d`` shared with another
+    model. Inside a pass, once ``wait_for`` is given, its forward sets
+    ``inside`` and waits (at most ``patience`` seconds) for ``wait_for``."""
+
+    def __init__(self, norm: torch.nn.BatchNorm1d):
+        super().__init__()
+        self.conv, self.norm, self.head = GCNConv(F_IN, 8).double(), norm, torch.nn.Linear(8, C).double()
+        self.inside, self.wait_for, self.patience = threading.Event(), None, 0.0
+
+    def forward(self, x, edge_index):
+        h = self.conv(x, edge_index)
+        if self.wait_for is not None and lrp_mode.is_active():
+            self.inside.set()
+            self.wait_for.wait(timeout=self.patience)
+        return self.head(self.norm(h).relu())
+
+
+def test_passes_of_two_models_that_share_a_module_take_turns():
+    """Two models share a ``BatchNorm1d`` in training mode. The first pass
+    puts it in eval mode and, inside its forward, gives the second pass
+    half a second to start. Before, the second started at once, the first
+    put the norm back into training mode on its exit while the second's
+    forward still ran, and that forward updated the running statistics (for
+    good) and explained in training mode. Passes now hold a lock per module:
+    the second waits for the first."""
+    torch.manual_seed(0)
+    norm = torch.nn.BatchNorm1d(8).double()
+    first, second = SharesANorm(norm).train(), SharesANorm(norm).train()
+    x, edge_index, _ = inputs("node")
+    x = x.double()
+    statistics = copy.deepcopy(norm.state_dict())
+    want = {name: lrp.explain(m, x, edge_index, index=1, subgraph=False).node_mask
+            for name, m in (("first", first), ("second", second))}
+    first_done = threading.Event()
+    first.wait_for, first.patience = second.inside, 0.5
+    second.wait_for, second.patience = first_done, WAIT
+    got = {}
+
+    def explain_first(barrier):
+        got["first"] = lrp.explain(first, x, edge_index, index=1, subgraph=False).node_mask
+        first_done.set()
+
+    def explain_second(barrier):
+        assert first.inside.wait(timeout=WAIT)
+        got["second"] = lrp.explain(second, x, edge_index, index=1, subgraph=False).node_mask
+    run_threads(explain_first, explain_second)
+    assert norm.training
+    for key, value in statistics.items():
+        assert torch.equal(norm.state_dict()[key], value), key
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, msg=name)
+
+
+def test_walks_read_only_their_own_thread_s_forward():
+    """``lrp.walks`` records each message-passing layer's output during its
+    pass. Another thread running the model meanwhile (a plain forward) ran
+    the walk's layer hooks too: its outputs were taken as levels of the walk
+    (the walks failed with autograd's 'does not require grad') and replaced
+    by the pass's aliases."""
+    torch.manual_seed(0)
+    model = WaitsInsideThePass().eval()
+    x, edge_index, _ = inputs("node")
+    model.done.set()  # the references: no waiting
+    want_walks = lrp.walks(model, x, edge_index, index=1, rules=lrp.rules.Epsilon(0.0))
+    with torch.no_grad():
+        want_out = model(x, edge_index)
+    model.inside.clear()
+    model.done.clear()
+    got = {}
+
+    def walks(barrier):
+        got["walks"] = lrp.walks(model, x, edge_index, index=1, rules=lrp.rules.Epsilon(0.0))
+
+    def forward(barrier):
+        assert model.inside.wait(timeout=WAIT)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the other-thread warning of the test above
+                with torch.no_grad():
+                    got["out"] = model(x, edge_index)
+        finally:
+            model.done.set()
+    run_threads(walks, forward)
+    torch.testing.assert_close(got["out"], want_out, rtol=0, atol=0)
+    torch.testing.assert_close(got["walks"].relevance, want_walks.relevance, rtol=0, atol=0)

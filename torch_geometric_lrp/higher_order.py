@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
@@ -319,15 +320,19 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
     levels: list[tuple[Tensor, ...]] = []
     messages: list[list[Tensor]] = []  # per level: the (source, target) pairs its propagate calls used
     n, e = x.shape[0], edge_index.shape[1]
+    thread = threading.get_ident()  # the layers' hooks read this pass's forward, not another thread's
     with Pass(model, settings) as p:
         def enter(module, args):
-            messages.append([])
+            if threading.get_ident() == thread:
+                messages.append([])
 
         def propagate(module, inputs):
-            if messages:
+            if messages and threading.get_ident() == thread:
                 messages[-1].append(_message_pairs(inputs[0], module.flow))
 
         def record(module, args, output):
+            if threading.get_ident() != thread:
+                return None
             if not isinstance(output, Tensor):
                 raise TypeError(f"model: walks read the output of each message-passing layer; "
                                 f"{type(module).__name__} returned a {type(output).__name__}.")

@@ -2355,12 +2355,30 @@ _locks: "weakref.WeakKeyDictionary[torch.nn.Module, threading.RLock]" = weakref.
 _locks_guard = threading.Lock()
 
 
-def _lock(model: torch.nn.Module) -> threading.RLock:
+@contextmanager
+def _locked(modules: list) -> Iterator[None]:
+    """Hold the lock of every module of a pass: passes of models that share a
+    module (an encoder, a ``BatchNorm``) run one after the other, so that
+    one pass does not put back the flags it changed (training mode) while
+    the other's forward still runs. One lock per module, not per model,
+    taken in one order (by ``id``) so that two passes never wait on each
+    other; reentrant, for a pass within a pass in one thread."""
     with _locks_guard:
-        lock = _locks.get(model)
-        if lock is None:
-            lock = _locks[model] = threading.RLock()
-        return lock
+        locks = {}
+        for module in modules:
+            lock = _locks.get(module)
+            if lock is None:
+                lock = _locks[module] = threading.RLock()
+            locks[id(module)] = lock
+    held = []
+    try:
+        for key in sorted(locks):
+            locks[key].acquire()
+            held.append(locks[key])
+        yield
+    finally:
+        for lock in reversed(held):
+            lock.release()
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
@@ -2487,8 +2505,9 @@ def relevance_pass(
     mode.unused_types = unused
     with ExitStack() as stack:
         if model is not None:
-            stack.enter_context(_lock(model))
-            stack.enter_context(_prepared(model, [m for _, m in named]))
+            modules = [m for _, m in named]
+            stack.enter_context(_locked(modules))
+            stack.enter_context(_prepared(model, modules))
         stack.callback(_undo, mode.outside_undo)
         stack.enter_context(torch.inference_mode(False))
         stack.enter_context(torch.enable_grad())
