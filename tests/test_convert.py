@@ -612,6 +612,55 @@ def test_module_rows_of_nested_modules_and_of_a_relu_between_maps():
     assert rows["head.0"].gap + rows["head.2"].gap == pytest.approx(report.absorbed, rel=1e-9)
 
 
+class Wrapped(torch.nn.Module):
+    """``Linear -> ReLU -> Linear`` as ``lin0``, ``act``, ``lin1`` in one of
+    three layouts: flat, the ReLU and second Linear in a ``Sequential``
+    (nested inputs), an ``Identity`` between the first Linear and the ReLU."""
+
+    def __init__(self, layout: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin0, self.lin1 = torch.nn.Linear(4, 6).double(), torch.nn.Linear(6, 3).double()
+        self.layout = layout
+        if layout == "nested":
+            self.rest = torch.nn.Sequential(torch.nn.ReLU(), self.lin1)
+        if layout == "identity":
+            self.keep = torch.nn.Identity()
+
+    def forward(self, x):
+        h = self.lin0(x)
+        if self.layout == "nested":
+            return self.rest(h)
+        if self.layout == "identity":
+            h = self.keep(h)
+        return self.lin1(h.relu())
+
+
+@pytest.mark.parametrize("layout", ["nested", "identity"])
+def test_module_rows_do_not_depend_on_wrapping_or_pass_through_modules(layout):
+    """The first Linear's row is the same in every layout (``R`` at its
+    output taken before its stabiliser), and the modules around it add no
+    gap of their own. Before, under ``Epsilon(0.5)``, the stabiliser's share
+    at the end of ``lin0`` was counted on the innermost module that read it
+    (the ``Sequential`` showed leaving 0.03227 where its ``ReLU`` showed
+    0.03177) or on the ``Identity`` (gap -0.0005, ``lin0`` gap 0)."""
+    x = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    rules = {torch.nn.Module: R.Epsilon(0.5)}
+    flat = {r.name: r for r in lrp.check_conservation(Wrapped("flat"), x, rules=rules).layers}
+    report = lrp.check_conservation(Wrapped(layout), x, rules=rules)
+    rows = {r.name: r for r in report.layers}
+    for name in ("lin0", "lin1"):
+        assert rows[name].entering == pytest.approx(flat[name].entering, rel=1e-12), name
+        assert rows[name].leaving == pytest.approx(flat[name].leaving, rel=1e-12), name
+    assert flat["lin0"].gap != 0.0  # the stabiliser keeps a share at lin0's end
+    if layout == "nested":
+        assert rows["rest"].leaving == pytest.approx(rows["rest.0"].leaving, rel=1e-12)
+        assert rows["rest.0"].gap == 0.0
+    else:
+        assert rows["keep"].gap == 0.0
+    assert rows["lin0"].gap + rows["lin1"].gap == pytest.approx(report.absorbed, rel=1e-9)
+
+
 # ---------------------------------------------------------------------------
 # One module under several names; parameters and buffers replaced by .to()
 # ---------------------------------------------------------------------------

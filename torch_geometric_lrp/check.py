@@ -167,6 +167,30 @@ def check_conservation(
     layers = {n: LayerRelevance(n, type(m).__name__) for n, m in model.named_modules() if n}
     hooks = []
 
+    # Every map end that a hook aliased (an alias continues its map, so the
+    # backward reaches the last alias's end, not the ones before it), with the
+    # modules it is the output of and the modules it is an input of: what the
+    # stabiliser keeps (and loses) at the end the backward reaches counts for
+    # each of them. Nested modules share their outputs and inputs; a module
+    # that returns its input (Identity) has the same tensor as input and output.
+    ends: dict[int, tuple[Tensor, list[str], list[str]]] = {}
+
+    def _roles(t: Tensor) -> tuple[list[str], list[str]]:
+        entry = ends.get(id(t))
+        return (list(entry[1]), list(entry[2])) if entry is not None and entry[0] is t else ([], [])
+
+    def _aliased(mode, a: Tensor, name: str, attr: str) -> Tensor:
+        """An alias of ``a`` whose relevance counts for ``name``'s ``attr``."""
+        outputs_of, inputs_of = _roles(a)
+        a = mode.alias(a)
+        mode.relevance_hook(a, lambda r: _add(name, attr, r))
+        if type(a.grad_fn) is _CLOSE:
+            (outputs_of if attr == "entering" else inputs_of).append(name)
+            targets = [(n, "entering") for n in outputs_of] + [(n, "leaving") for n in inputs_of]
+            a.grad_fn.kept = lambda r: _add_each(targets, r)
+            ends[id(a)] = (a, outputs_of, inputs_of)
+        return a
+
     def watch(name):
         def pre(module, margs, mkwargs):
             # An alias per input, so that its gradient is this module's share only.
@@ -174,16 +198,7 @@ def check_conservation(
 
             def alias(a):
                 if isinstance(a, Tensor) and a.requires_grad and mode is not None:
-                    producers = _owners(a)
-                    a = mode.alias(a)
-                    mode.relevance_hook(a, lambda r: _add(name, "leaving", r))
-                    if type(a.grad_fn) is _CLOSE:
-                        # An input that ends a map: the alias continues the map,
-                        # so the backward reaches this alias's end, not the
-                        # producer's. What its stabiliser keeps (and loses) left
-                        # this module, and entered the modules that output it.
-                        a.grad_fn.kept = lambda r: _add_each([(name, "leaving")] +
-                                                             [(n, "entering") for n in producers], r)
+                    a = _aliased(mode, a, name, "leaving")
                 elif isinstance(a, (list, tuple)):
                     a = type(a)(alias(v) for v in a)
                 return a
@@ -197,16 +212,7 @@ def check_conservation(
 
             def alias(a):
                 if isinstance(a, Tensor) and a.requires_grad and mode is not None:
-                    inner = _owners(a)  # modules inside this one that output the same tensor
-                    a = mode.alias(a)
-                    mode.relevance_hook(a, lambda r: _add(name, "entering", r))
-                    if type(a.grad_fn) is _CLOSE:
-                        # the end of a map: what its stabiliser keeps and what it
-                        # loses (outputs with z = 0) entered the module too, and
-                        # the inner modules whose alias this one continues
-                        owners = inner + [name]
-                        a.grad_fn.kept = lambda r: _add_each([(n, "entering") for n in owners], r)
-                        outputs[id(a)] = (a, owners)
+                    a = _aliased(mode, a, name, "entering")
                 elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
                     a = type(a)(alias(v) for v in a)
                 return a
@@ -219,14 +225,6 @@ def check_conservation(
     def _add_each(targets, relevance):
         for name, attr in targets:
             _add(name, attr, relevance)
-
-    # The map ends that modules output (each alias a post hook made), with the
-    # names of the modules that output it (nested modules share an output).
-    outputs: dict[int, tuple[Tensor, list[str]]] = {}
-
-    def _owners(t: Tensor) -> list[str]:
-        entry = outputs.get(id(t))
-        return list(entry[1]) if entry is not None and entry[0] is t else []
 
     for name, module in model.named_modules():
         if name:
