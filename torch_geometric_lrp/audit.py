@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import contextvars
 from collections import defaultdict
-from typing import Iterable, Optional
+from contextlib import contextmanager
+from typing import Iterable, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -138,6 +139,18 @@ def lost_of(relevance_out: Tensor, dropped: Optional[Tensor]) -> Tensor:
     if dropped is None:
         return torch.zeros((), dtype=relevance_out.dtype, device=relevance_out.device)
     return torch.where(dropped, relevance_out, 0).sum()
+
+
+@contextmanager
+def suspended() -> Iterator[None]:
+    """No open audit sees the backward steps run inside: a pass that runs
+    parts of its backward again (the walks' level-to-level steps) would count
+    their absorbed and lost relevance once per run."""
+    token = _open_audits.set(())
+    try:
+        yield
+    finally:
+        _open_audits.reset(token)
 
 
 def is_active() -> bool:

@@ -59,6 +59,7 @@ from torch_geometric.explain import Explanation
 from torch_geometric.explain.config import ModelTaskLevel
 from torch_geometric.nn import MessagePassing
 
+from . import audit, maps
 from .explainers.core import Pass, Settings, fall_back, resolve_task, same_output
 from .explainers.subgraph import Cut, count_hops, cut, message_flow, pays_off, slice_inputs
 from .explainers.targets import check_edge_index, check_rules, check_target, check_x, seed_of
@@ -207,8 +208,11 @@ class _Steps:
         return self._flat(grads, self.depth, 1)
 
     def first_order(self) -> Tensor:
-        """Relevance of the input for the seed, by the plain backward: ``[N, W_0]``."""
-        grads = torch.autograd.grad(self.out, self.inputs, self.seed, retain_graph=True, allow_unused=True)
+        """Relevance of the input for the seed, by the plain backward: ``[N, W_0]``
+        (with the anchor of the maps' constants, so that biases report what they absorb)."""
+        anchor = maps.anchor(self.out.device)
+        grads = torch.autograd.grad(self.out, (*self.inputs, anchor), self.seed, retain_graph=True,
+                                    allow_unused=True)[:len(self.inputs)]
         return self._flat(grads, 0, 1)[0]
 
     def step(self, m: int, states: Tensor) -> Tensor:
@@ -371,15 +375,20 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         # integer x: relevance starts at its embedding lookups (their outputs are level 0)
         inputs = (p.x,) if p.x.is_floating_point() else tuple(t for name, _, t in p.mode.lookups if name == "x")
         steps = _Steps(inputs, levels, out, seed.view_as(out))
-        start, first = steps.start(), steps.first_order()
-        reached = _check_chain(steps, start, first)
+        # The plain backward is the pass's one backward, which an open
+        # RelevanceAudit counts; the level-to-level steps run parts of it again.
+        first = steps.first_order()
+        with audit.suspended():
+            start = steps.start()
+            reached = _check_chain(steps, start, first)
         if c is not None and bool(reached[:, c.ring].any()):
             fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
             return None
         info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
                     start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n, reached=reached,
                     messages=[torch.cat(pairs, dim=1) if pairs else None for pairs in messages])
-        return body(steps, info)
+        with audit.suspended():
+            return body(steps, info)
 
 
 def _chain(steps: _Steps, state: Tensor, masks: Optional[Tensor] = None) -> tuple[Tensor, list[Tensor]]:
