@@ -434,3 +434,67 @@ def test_missing_matplotlib_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(ImportError, match=r"pip install torch-geometric-lrp\[viz\]"):
         lrp.visualize_graph(path_explanation())
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_masks_are_refused_not_drawn(bad):
+    """A NaN or inf in a mask has no place on a colour scale. Before, the
+    picture was drawn: the scale fell back to +-1 (a node of relevance 1
+    as deep a red as one of 4), NaN nodes were transparent, every arrow
+    black."""
+    for key in ("node_mask", "edge_mask"):
+        explanation = path_explanation()
+        mask = getattr(explanation, key).clone()
+        mask.view(-1)[0] = bad
+        setattr(explanation, key, mask)
+        with pytest.raises(ValueError, match=f"{key}: 1 of {mask.numel()} values are NaN or inf"):
+            lrp.visualize_graph(explanation)
+    explanation = path_explanation()
+    explanation.node_mask = explanation.node_mask.clone()
+    explanation.node_mask[2, 1] = bad
+    with pytest.raises(ValueError, match="NaN or inf"):
+        lrp.visualize_features(explanation)
+    with pytest.raises(ValueError, match="walks: relevance: 1 of 2 values are NaN or inf"):
+        lrp.visualize_walks((torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, bad])), torch.tensor([[0], [1]]))
+
+
+def test_a_directed_graph_keeps_its_arrows_where_the_drawn_part_is_symmetric():
+    """0 -> 1 (-2), 1 -> 0 (+2), 2 -> 1 (+1), target 0. Within one hop only
+    0 <-> 1 is drawn, both directions: still two arrows of -2 and +2. Before,
+    the drawn part decided, and one undirected line of 0 was drawn."""
+    explanation = Explanation(edge_index=torch.tensor([[0, 1, 2], [1, 0, 1]]),
+                              edge_mask=torch.tensor([-2.0, 2.0, 1.0]), x=torch.ones(3, 1),
+                              node_mask=torch.zeros(3, 1), index=torch.tensor([0]))
+    ax = lrp.visualize_graph(explanation, k_hop=1).axes[0]
+    arrows = [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
+    assert len(arrows) == 2
+    assert not [c for c in ax.collections if isinstance(c, LineCollection)]
+    assert ax.figure.axes[-1].get_ylabel() == "edge relevance"  # not "(both directions)"
+
+
+def test_hetero_labels_per_type_as_a_dict_go_to_those_ids():
+    """``node_labels={'paper': {2: 'C', 0: 'A', 1: 'B'}}``: each label on
+    its paper. Before, the dict's keys were drawn as labels in dict order
+    (paper 0 labelled '2'); a dict keyed by node ids on a heterogeneous
+    explanation was ignored, and is refused now."""
+    explanation = hetero_explanation()
+    as_list = lrp.visualize_graph(explanation, node_labels={"paper": ["A", "B", "C"]}).axes[0]
+    as_dict = lrp.visualize_graph(explanation, node_labels={"paper": {2: "C", 0: "A", 1: "B"}}).axes[0]
+    assert {t.get_text(): t.get_position() for t in as_dict.texts} == \
+        {t.get_text(): t.get_position() for t in as_list.texts}
+    with pytest.raises(ValueError, match="node_labels: on a heterogeneous explanation, a dict maps node types"):
+        lrp.visualize_graph(explanation, node_labels={0: "A"})
+
+
+def test_a_node_level_hetero_index_without_a_node_type_is_refused():
+    """``lrp.explain`` on a heterogeneous graph gives ``index`` as the rows of
+    the model's output, whose node type the explanation does not hold.
+    Before, the picture was titled 'graph' and had no target ring; now it
+    says how to name the type."""
+    from torch_geometric.explain.config import ModelConfig
+
+    explanation = hetero_explanation()
+    explanation.index = torch.tensor([0])
+    explanation._model_config = ModelConfig(mode="regression", task_level="node", return_type="raw")
+    with pytest.raises(ValueError, match=r"names no node type.*explanation.index = \{node_type: index\}"):
+        lrp.visualize_graph(explanation)

@@ -118,11 +118,22 @@ class _Graph:
         return self.node_type.numel()
 
 
+def _finite(values: Tensor, name: str) -> Tensor:
+    """``values``, refused where they hold NaN or inf: a colour scale over them
+    would put every finite value at an end or make the elements invisible."""
+    bad = ~torch.isfinite(values)
+    if bad.any():
+        raise ValueError(f"{name}: {int(bad.sum())} of {values.numel()} values are NaN or inf, which a picture "
+                         f"cannot show on a scale. lrp.explain warns where the explained output depends on a "
+                         f"non-finite value (an input or an overflow); explain finite inputs.")
+    return values
+
+
 def _node_relevance(node_mask, num_nodes: int, name: str) -> Optional[Tensor]:
     """Node relevance summed over features, or None when the mask has none per node."""
     if node_mask is None:
         return None
-    node_mask = node_mask.detach().cpu()
+    node_mask = _finite(node_mask.detach().cpu(), name)
     if node_mask.dim() == 1 and node_mask.numel() == num_nodes:
         return node_mask.double()
     if node_mask.dim() == 2 and node_mask.size(0) == num_nodes:
@@ -139,7 +150,7 @@ def _edge_relevance(edge_mask, num_edges: int, name: str) -> Optional[Tensor]:
     if not isinstance(edge_mask, Tensor) or edge_mask.numel() != num_edges:
         shape = tuple(edge_mask.shape) if isinstance(edge_mask, Tensor) else type(edge_mask).__name__
         raise ValueError(f"{name}: expected one value per edge ({num_edges}), got {shape}.")
-    return edge_mask.detach().cpu().double().view(-1)
+    return _finite(edge_mask.detach().cpu().double().view(-1), name)
 
 
 def _num_nodes(store, edge_indices: list[tuple[Tensor, int]]) -> int:
@@ -257,6 +268,11 @@ def _heterogeneous(explanation: HeteroData) -> _Graph:
             positions = _positions(idx, sizes[nt], f"{nt!r} node")
             targets.append(positions + offsets[nt])
             names += [f"{nt} {i}" for i in positions.tolist()]
+    elif index is not None and _task_level(explanation, index) == "node":
+        raise ValueError(f"explanation.index: {index!r} names no node type, so the target cannot be marked (the "
+                         f"model's output rows belong to one node type, which the explanation does not hold). Set "
+                         f"explanation.index = {{node_type: index}} (e.g. {{{node_types[0]!r}: explanation.index}}) "
+                         f"before drawing.")
     targets = torch.cat(targets) if targets else torch.empty(0, dtype=torch.long)
     name = f"node{'s' if len(names) > 1 else ''} " + ", ".join(names[:5]) if names else "graph"
     return _Graph(edge_index, nodes, edges, node_type, [str(nt) for nt in node_types], labels, targets,
@@ -316,12 +332,15 @@ def _edges_to_draw(g: _Graph, keep: Tensor) -> _Edges:
     """Edges between kept nodes, duplicates summed; on an undirected graph one
     line per node pair with the relevance of both directions summed."""
     src, dst = g.edge_index
-    inside = keep[src] & keep[dst] & (src != dst)
+    n = g.num_nodes
+    # directed or not is the graph's, not the drawn part's: a part that happens
+    # to hold both directions of its edges is still drawn with arrows
+    loops = src == dst
+    directed = not torch.isin((dst * n + src)[~loops], (src * n + dst)[~loops]).all()
+    inside = keep[src] & keep[dst] & ~loops
     src, dst = src[inside], dst[inside]
     relevance = g.edge_relevance[inside] if g.edge_relevance is not None else torch.zeros(src.numel())
-    n = g.num_nodes
     keys = src * n + dst
-    directed = not torch.isin(dst * n + src, keys).all()
     if not directed:
         keys = torch.minimum(src, dst) * n + torch.maximum(src, dst)
     unique, inverse = keys.unique(return_inverse=True)
@@ -350,12 +369,20 @@ def _resolve_labels(node_labels, g: _Graph, drawn: int) -> Optional[list[str]]:
     if node_labels is True:
         return g.labels
     if g.type_names and isinstance(node_labels, Mapping):  # {node_type: labels}
+        unknown = [k for k in node_labels if k not in g.type_names]
+        if unknown:
+            raise ValueError(f"node_labels: on a heterogeneous explanation, a dict maps node types "
+                             f"({g.type_names}) to labels (a sequence, or {{node id: label}}); got keys {unknown}.")
         labels = list(g.labels)
         for i, nt in enumerate(g.type_names):
             given = node_labels.get(nt)
             if given is None:
                 continue
             ids = (g.node_type == i).nonzero().view(-1).tolist()
+            if isinstance(given, Mapping):  # {node id within the type: label}
+                for j, local in enumerate(ids):
+                    labels[local] = str(given.get(j, ""))
+                continue
             if len(given) != len(ids):
                 raise ValueError(f"node_labels[{nt!r}]: expected {len(ids)} labels, got {len(given)}.")
             for j, label in zip(ids, given):
@@ -570,7 +597,7 @@ def _feature_relevance(node_mask, name: str) -> Tensor:
     if node_mask.size(1) == 1 and node_mask.size(0) > 1:
         raise ValueError(f"{name}: has shape {tuple(node_mask.shape)}, relevance summed over features "
                          f"(node_mask_type='object'); explain with node_mask_type='attributes' to see features.")
-    return node_mask.detach().cpu().double().sum(dim=0)
+    return _finite(node_mask.detach().cpu().double(), name).sum(dim=0)
 
 
 def _names(given, count: int, name: str) -> list[str]:
@@ -674,7 +701,7 @@ def _walks_and_relevance(walks) -> tuple[Tensor, Tensor]:
         raise ValueError(f"walks: expected relevance with one value per walk ({paths.size(0)}), got {shape}.")
     if paths.size(0) == 0:
         raise ValueError("walks: no walks to draw (K = 0).")
-    return paths.detach().cpu().long(), relevance.detach().cpu().double().view(-1)
+    return paths.detach().cpu().long(), _finite(relevance.detach().cpu().double().view(-1), "walks: relevance")
 
 
 def visualize_walks(walks, edge_index: Tensor, path: Optional[str] = None, *, top_k: Optional[int] = 10,
