@@ -498,3 +498,14 @@ def test_a_node_level_hetero_index_without_a_node_type_is_refused():
     explanation._model_config = ModelConfig(mode="regression", task_level="node", return_type="raw")
     with pytest.raises(ValueError, match=r"names no node type.*explanation.index = \{node_type: index\}"):
         lrp.visualize_graph(explanation)
+
+
+def test_features_of_a_graph_with_one_feature_are_drawn():
+    """``node_mask`` ``[N, 1]`` with ``x`` ``[N, 1]`` is one feature's
+    relevance (``node_mask_type='attributes'``), drawn as one bar. Before,
+    refused as an 'object' mask, asking for the type it was made with."""
+    explanation = Explanation(node_mask=torch.tensor([[1.0], [-3.0], [0.5]]), x=torch.ones(3, 1),
+                              edge_index=torch.tensor([[0, 1], [1, 2]]))
+    ax = lrp.visualize_features(explanation).axes[0]
+    (bar,) = [p for p in ax.patches]
+    assert bar.get_width() == pytest.approx(-1.5)

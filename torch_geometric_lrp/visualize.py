@@ -589,12 +589,13 @@ def visualize_graph(
 
 # --- features --------------------------------------------------------------------------------------------
 
-def _feature_relevance(node_mask, name: str) -> Tensor:
+def _feature_relevance(node_mask, name: str, x=None) -> Tensor:
     if not isinstance(node_mask, Tensor) or node_mask.dim() != 2:
         shape = tuple(node_mask.shape) if isinstance(node_mask, Tensor) else type(node_mask).__name__
         raise ValueError(f"{name}: expected a node mask of shape [N, F], got {shape}; explain with "
                          f"node_mask_type='attributes'.")
-    if node_mask.size(1) == 1 and node_mask.size(0) > 1:
+    one_feature = isinstance(x, Tensor) and x.dim() == 2 and x.size(1) == 1  # [N, 1] is then per feature
+    if node_mask.size(1) == 1 and node_mask.size(0) > 1 and not one_feature:
         raise ValueError(f"{name}: has shape {tuple(node_mask.shape)}, relevance summed over features "
                          f"(node_mask_type='object'); explain with node_mask_type='attributes' to see features.")
     return _finite(node_mask.detach().cpu().double(), name).sum(dim=0)
@@ -622,14 +623,14 @@ def _feature_table(explanation, feature_names) -> tuple[Tensor, list[str]]:
             mask = explanation[nt].get("node_mask")
             if mask is None:
                 continue
-            values.append(_feature_relevance(mask, f"explanation[{nt!r}].node_mask"))
+            values.append(_feature_relevance(mask, f"explanation[{nt!r}].node_mask", explanation[nt].get("x")))
             given = (feature_names or {}).get(nt)
             names += [f"{nt}: {n}" for n in _names(given, values[-1].numel(), f"feature_names[{nt!r}]")]
         if not values:
             raise ValueError("explanation: no node type has a node_mask; explain with node_mask_type='attributes'.")
         return torch.cat(values), names
     if isinstance(explanation, Data):
-        values = _feature_relevance(explanation.get("node_mask"), "explanation.node_mask")
+        values = _feature_relevance(explanation.get("node_mask"), "explanation.node_mask", explanation.get("x"))
         return values, _names(feature_names, values.numel(), "feature_names")
     raise TypeError(f"explanation: expected a torch_geometric.explain.Explanation or HeteroExplanation, "
                     f"got {type(explanation).__name__}.")
