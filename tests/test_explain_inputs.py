@@ -458,3 +458,46 @@ def test_probabilities_rearranged_after_the_activation_warn(how):
     x, edge_index = torch.randn(10, 5, dtype=torch.float64), torch.randint(0, 10, (2, 30))
     with pytest.warns(RuntimeWarning, match="rearranges or joins softmax or sigmoid outputs"):
         lrp.explain(model, x, edge_index, index=0, mode="regression")
+
+
+class PooledGIN(torch.nn.Module):
+    """Two GIN layers (sum aggregation), ReLU, sum pooling per graph, a head."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GINConv
+
+        torch.manual_seed(0)
+        mlp = lambda a, b: torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.ReLU(), torch.nn.Linear(b, b))  # noqa: E731
+        self.c1, self.c2 = GINConv(mlp(F_IN, HID)), GINConv(mlp(HID, HID))
+        self.head = torch.nn.Linear(HID, C)
+
+    def forward(self, x, edge_index, batch):
+        from torch_geometric.nn import global_add_pool
+
+        h = self.c2(self.c1(x, edge_index).relu(), edge_index).relu()
+        return self.head(global_add_pool(h, batch))
+
+
+@pytest.mark.parametrize("narrow", ["batch", "edge_index"])
+def test_int32_indices_give_the_int64_explanation(narrow):
+    """An int32 ``batch`` or ``edge_index`` (both valid for PyG) reaches
+    ``scatter_add_`` as an expanded int32 index, whose backward (torch's CPU
+    ``gather``) reads zeros: every graph but the first lost its relevance
+    (index 1 explained with relevance 0, index 0 given graph 1's), without a
+    word. The pass makes such indices int64."""
+    model = PooledGIN().double().eval()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(12, F_IN, dtype=torch.float64, generator=g)
+    edge_index = torch.stack([torch.randint(0, 6, (20,), generator=g), torch.randint(0, 6, (20,), generator=g)])
+    edge_index = torch.cat([edge_index, edge_index + 6], dim=1)
+    batch = torch.tensor([0] * 6 + [1] * 6)
+    for index in (0, 1):
+        want = lrp.explain(model, x, edge_index, batch=batch, index=index)
+        narrowed = dict(edge_index=edge_index, batch=batch)
+        narrowed[narrow] = narrowed[narrow].int()
+        got = lrp.explain(model, x, **narrowed, index=index)
+        torch.testing.assert_close(got.node_mask, want.node_mask, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got.edge_mask, want.edge_mask, rtol=1e-12, atol=1e-12)
+        other = slice(6, 12) if index == 0 else slice(0, 6)
+        assert float(got.node_mask[other].abs().sum()) == 0.0  # the other graph gets nothing

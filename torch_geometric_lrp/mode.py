@@ -854,6 +854,22 @@ _OUT_OF_PLACE = {
     "baddbmm_": torch.baddbmm, "addcmul_": torch.addcmul, "lerp_": torch.lerp, "cumsum_": torch.cumsum,
     "scatter_add_": torch.scatter_add, "index_add_": torch.index_add, "scatter_reduce_": torch.scatter_reduce,
 }
+# Ops that take an index tensor whose backward gathers with it: an int32 index
+# is made int64 in the pass (torch's CPU gather with an expanded int32 index, as
+# PyG's scatter builds from an int32 batch or edge_index, reads zeros, so such a
+# backward silently drops relevance).
+_INDEXED = frozenset("""gather take_along_dim scatter scatter_ scatter_add scatter_add_ scatter_reduce
+scatter_reduce_ index_add index_add_ index_select index_copy index_copy_ index_fill index_fill_""".split())
+_NARROW_INTEGERS = (torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def _long_indices(args, kwargs):
+    """``args`` and ``kwargs`` with every integer tensor narrower than int64 made int64."""
+    def long(obj):
+        return obj.long() if isinstance(obj, Tensor) and obj.dtype in _NARROW_INTEGERS else obj
+    return tuple(long(a) for a in args), {k: long(v) for k, v in kwargs.items()}
+
+
 # In-place copies that write their values into the first argument.
 _WRITES = frozenset("__setitem__ index_put_ index_copy_ masked_scatter_ scatter_".split())
 # In-place ops that only copy, fill or reshape: replayed on each stream of a
@@ -1934,6 +1950,8 @@ class RelevanceMode(TorchFunctionMode):
                 self._weights[out] = True
             return out
         name = _op_name(func)
+        if name in _INDEXED:
+            args, kwargs = _long_indices(args, kwargs)
         if name in _METADATA:
             if name not in _AUTOGRAD_METADATA:
                 _METADATA_FUNCS.add(func)
