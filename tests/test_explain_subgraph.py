@@ -808,3 +808,89 @@ def test_every_propagation_of_a_layer_counts(layer, times, monkeypatch):
         cut = lrp.explain(model, x, edge_index, index=10)
     full = lrp.explain(model, x, edge_index, index=10, subgraph=False)
     torch.testing.assert_close(cut.node_mask, full.node_mask, rtol=1e-9, atol=1e-12)
+
+
+class EdgeFeatures(torch.nn.Module):
+    """Two GCN layers over ``x`` and a feature computed from the edges in the
+    forward: ``"neighbour degree"`` (the in-degrees of each node's
+    in-neighbours summed, which reads one hop further than the layers
+    count), ``"edges"`` (divided by the number of edges), ``"edge weight"``
+    (the edge weights over their largest) or ``"none"`` (local)."""
+
+    def __init__(self, feature: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.feature = feature
+        self.conv1, self.conv2 = GCNConv(F_IN + 1, HID).double(), GCNConv(HID, C).double()
+
+    def forward(self, x, edge_index, edge_weight):
+        src, dst = edge_index
+        n = x.shape[0]
+        if self.feature == "neighbour degree":
+            deg = degree(dst, n, dtype=x.dtype)
+            extra = torch.zeros(n, dtype=x.dtype).index_add(0, dst, deg[src])
+        else:
+            extra = torch.ones(n, dtype=x.dtype)
+        if self.feature == "edges":
+            extra = extra * edge_index.shape[1] / 100.0
+        weight = edge_weight / edge_weight.max() if self.feature == "edge weight" else edge_weight
+        h = self.conv1(torch.cat([x, extra[:, None]], dim=1), edge_index, weight).relu()
+        return self.conv2(h, edge_index, weight)
+
+
+@pytest.mark.parametrize("feature", ["neighbour degree", "edges", "edge weight"])
+def test_the_check_with_unrelated_nodes_sees_what_the_model_reads_from_the_edges(feature, monkeypatch):
+    """On a large graph (forced here) the cut is checked with unrelated nodes
+    added. They now have edges (into and out of the ring, more into one node
+    than any node has, two with edge features beyond the inputs'), so a
+    model that reads the edges further out than its layers count, or a
+    statistic over all edges, fails the check and is explained on the full
+    graph. Before, isolated unrelated nodes saw none of it: a neighbour-degree
+    feature gave a score of 0.2755 for an output of 0.2000 on 60,000 edges,
+    without a warning."""
+    monkeypatch.setattr(lrp.explainers.core, "FULL_CHECK_EDGES", 0)
+    x, edge_index = sparse_graph()
+    x = x.double()
+    weight = torch.rand(edge_index.shape[1], dtype=torch.float64, generator=torch.Generator().manual_seed(3)) + 0.5
+    model = EdgeFeatures(feature).eval()
+    full = lrp.explain(model, x, edge_index, edge_weight=weight, index=10, subgraph=False)
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="unrelated nodes and edges"):
+        cut = lrp.explain(model, x, edge_index, edge_weight=weight, index=10)
+    torch.testing.assert_close(cut.node_mask, full.node_mask, rtol=1e-12, atol=1e-12)
+    local = EdgeFeatures("none").eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+        cut = lrp.explain(local, x, edge_index, edge_weight=weight, index=10)
+    full = lrp.explain(local, x, edge_index, edge_weight=weight, index=10, subgraph=False)
+    torch.testing.assert_close(cut.node_mask, full.node_mask, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(cut.edge_mask, full.edge_mask, rtol=1e-9, atol=1e-12)
+
+
+class PerEdgeCount(GCN):
+    """Divides by the mean degree ``E / N``: NaN on a subgraph without edges."""
+
+    def logits(self, x, edge_index):
+        h = F.relu(self.conv1(x, edge_index)) / (edge_index.shape[1] / x.shape[0])
+        return self.conv2(h, edge_index)
+
+
+def test_a_target_whose_check_output_is_not_finite_is_explained_on_the_full_graph(monkeypatch):
+    """An isolated target's cut has no edges: the model's output there is NaN,
+    with or without unrelated nodes, and NaN equalled NaN in the check. Now a
+    non-finite output fails that check (a test, not a proof)."""
+    monkeypatch.setattr(lrp.explainers.core, "FULL_CHECK_EDGES", 0)
+    monkeypatch.setattr(lrp.explainers.core, "with_context",
+                        lambda c, n, edge_index=None, flow="source_to_target":
+                        ORIGINAL_WITH_CONTEXT(c, n))  # isolated unrelated nodes: the old check
+    torch.manual_seed(0)
+    model = PerEdgeCount(C).double().eval()
+    x, edge_index = sparse_graph()
+    x = torch.cat([x, torch.randn(1, F_IN)]).double()  # node 48: no edges
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="not finite"):
+        cut = lrp.explain(model, x, edge_index, index=48)
+    full = lrp.explain(model, x, edge_index, index=48, subgraph=False)
+    assert torch.isfinite(full.node_mask).all()
+    torch.testing.assert_close(cut.node_mask, full.node_mask, rtol=1e-12, atol=1e-12)
+
+
+ORIGINAL_WITH_CONTEXT = subgraph.with_context

@@ -349,3 +349,32 @@ def test_spelled_out_refuses_a_cut_of_another_flow():
     assert torch.equal(full.edge_id[edges], lean.edge_id)
     with pytest.raises(ValueError, match="flow='target_to_source'"):
         subgraph.spelled_out(lean, edge_index, 4, flow="target_to_source")
+
+
+@pytest.mark.parametrize("flow", ["source_to_target", "target_to_source"])
+def test_with_context_gives_the_added_nodes_edges_that_reach_no_node_the_targets_read(flow):
+    """With the graph's edges, the added nodes get edges in front of the
+    cut's: one into and one out of each ring slot, and into the first added
+    node more than the graph's largest in-degree (under ``flow``). None
+    touches a node of ``S_L``, so no degree there changes; the edges copy
+    edges of the cut (their features follow)."""
+    g = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, 30, (2, 90), generator=g)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    if flow == "target_to_source":
+        edge_index = edge_index.flip(0)
+    c = subgraph.cut(torch.tensor([3]), 2, edge_index, 30, flow=flow)
+    context = subgraph.with_context(c, 30, edge_index, flow)
+    k = context.num_nodes - c.num_nodes
+    front = context.edge_index[:, :context.added_edges]
+    assert torch.equal(context.edge_index[:, context.added_edges:], c.edge_index + k)
+    assert torch.equal(context.edge_id[context.added_edges:], c.edge_id)
+    assert bool(torch.isin(context.edge_id[:context.added_edges], c.edge_id).all())
+    inner = (~context.ring).nonzero().view(-1)  # S_L: the cut's nodes the model reads
+    assert not bool(torch.isin(front, inner).any())
+    into = 1 if flow == "source_to_target" else 0
+    ring = c.ring.nonzero().view(-1) + k
+    for slot in ring.tolist():
+        assert int((front[into] == slot).sum()) == 1 and int((front[1 - into] == slot).sum()) == 1
+    largest = int(torch.bincount(edge_index[into]).max())
+    assert int(torch.bincount(context.edge_index[into]).max()) > largest  # the largest in-degree moves

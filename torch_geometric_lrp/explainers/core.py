@@ -40,7 +40,7 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
-from .subgraph import (Cut, context_features, count_hops, cut, layout_bound, lean, message_flow, pays_off,
+from .subgraph import (Cut, context_features, context_inputs, count_hops, cut, layout_bound, lean, message_flow, pays_off,
                        reaches_ring, slice_inputs, with_context)
 from .trim import Propagations, Trimming, hop_distance
 from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, infer_return_type, infer_task_level,
@@ -613,7 +613,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
     # output itself (a proof that the cut gives the targets' outputs); above,
     # the cut with unrelated nodes added, which costs about what the cut costs
     # (a model that saturates on both could still read the graph as a whole).
-    context = None if reference is not None or e <= FULL_CHECK_EDGES else with_context(c, n)
+    context = None if reference is not None or e <= FULL_CHECK_EDGES else \
+        with_context(c, n, edge_index, message_flow(model))
     # The pass runs without the messages into the ring (about half of the
     # cut's edges; they only count out-degrees). Both checks run the model on
     # the whole cut or more, so a model that reads out-degrees fails them, and
@@ -625,7 +626,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         try:
             check = reference if reference is not None else p.plain(x, edge_index, kwargs) if context is None \
                 else p.plain(context_features(x, context), context.edge_index,
-                             slice_inputs(kwargs, context, n, e)[0])
+                             context_inputs(kwargs, context, n, e))
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
         inputs = slice_inputs(kwargs, run, n, e)[0]
@@ -673,6 +674,13 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             fall_back(model, f"its forward failed on the full graph ({check})" if context is None else
                       f"its forward failed with unrelated nodes added to the subgraph ({check})")
             return None
+        if context is not None and not bool(torch.isfinite(check[context.index]).all()):
+            # NaN equals NaN in same_output, as the full graph's check may well give it too; this
+            # check is a test only, and a NaN target on the subgraph proves nothing (an isolated
+            # target of a model that divides by the number of edges)
+            fall_back(model, "the targets' outputs with unrelated nodes added are not finite, which the check "
+                             "cannot compare")
+            return None
         if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
             if slimmed():  # perhaps only what the lean, trimmed pass leaves out
                 return InFull(check if context is None else None)
@@ -680,8 +688,10 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
                              "further than its message-passing layers count (a layer applied more often than it "
                              "appears) or reads the graph as a whole (a statistic over all nodes, node positions "
                              "or the number of nodes)" if context is None else
-                      "the targets' outputs change when unrelated nodes are present, so the model reads the graph "
-                      "as a whole (a statistic over all nodes, node positions or the number of nodes)")
+                      "the targets' outputs change when unrelated nodes and edges are present, so the model reads "
+                      "the graph as a whole (a statistic over all nodes or edges, node positions, the number of "
+                      "nodes or edges) or computes features from edges further out than its layers count (a "
+                      "neighbour's degree, a random-walk encoding)")
             return None
         if each:
             return [_on_edges_of(_relevance_at(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level,

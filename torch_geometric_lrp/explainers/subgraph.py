@@ -37,12 +37,16 @@ Two things a cut cannot see, so the callers check both:
 * a model that reads the graph as a whole (``F.normalize(h, dim=0)``, a
   per-node parameter indexed by ``arange(N)``, the number of nodes) gives the
   targets another output when unrelated nodes are present. :func:`with_context`
-  builds that input: the cut with isolated copies of other nodes in front,
-  two of them with features beyond the range of ``x``
-  (:func:`context_features`), which shifts every position, changes the size
-  and sums, means, norms, maxima and minima over the nodes, and changes
-  nothing for a local model. (Isolated nodes cannot move a statistic of the
-  degrees or of the edge features over the whole graph.)
+  builds that input: the cut with copies of other nodes in front, two of
+  them with features beyond the range of ``x`` (:func:`context_features`),
+  which shifts every position, changes the size and sums, means, norms,
+  maxima and minima over the nodes, and changes nothing for a local model.
+  Their edges (into and out of the ring slots, and more into one of them than
+  any node of the graph has, two with edge features beyond the inputs' range:
+  :func:`context_inputs`) change the number of edges, the largest degree,
+  statistics over the edge features, and the degrees of the ring, which a
+  model that computes features from the edges further out than its layers
+  count (a neighbour's degree, a random-walk encoding) reads.
 
 Many cuts cost time in proportion to the cuts, not to the graph:
 :class:`Incidence` sorts the edges once by each end (two CSRs, built once per
@@ -63,7 +67,7 @@ from torch_geometric.nn import (APPNP, AntiSymmetricConv, ARMAConv, ChebConv, Ga
                                 MeshCNNConv, MixHopConv, PANConv, SGConv, SSGConv, TAGConv)
 from torch_geometric.utils import cumsum
 
-__all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "context_features",
+__all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "context_features", "context_inputs",
            "slice_inputs",
            "reaches_ring", "count_hops", "hops_of", "layer_hops", "layout_bound", "message_flow", "pays_off", "spelled_out",
            "spelled_out_each", "lean"]
@@ -149,6 +153,7 @@ class Cut:
     edge_index: Tensor
     index: Tensor
     ring: Tensor
+    added_edges: int = 0  # edges of the context check's own, in front (with_context)
 
     @property
     def num_nodes(self) -> int:
@@ -484,15 +489,25 @@ def _starts(sizes: list[int]) -> list[int]:
 EXTREMES = 2
 
 
-def with_context(c: Cut, num_nodes: int) -> Cut:
-    """``c`` with isolated copies of ``k = max(ceil(|c| / 8), 3)`` other
-    input nodes in front (no edges of their own, no targets): nodes outside
-    ``c`` first, then, where there are too few, nodes of ``c`` again. An
-    eighth more nodes, at shifted positions, moves any sum, mean or norm over
-    all nodes and any per-position parameter far beyond float tolerance, at
-    an eighth of a forward's extra cost; the first ``EXTREMES`` of them
-    get features beyond the range of ``x`` (:func:`context_features`), which
-    moves maxima and minima over the nodes too."""
+def with_context(c: Cut, num_nodes: int, edge_index: Optional[Tensor] = None,
+                 flow: str = "source_to_target") -> Cut:
+    """``c`` with copies of ``k = max(ceil(|c| / 8), 3)`` other input nodes
+    in front (no targets): nodes outside ``c`` first, then, where there are
+    too few, nodes of ``c`` again. An eighth more nodes, at shifted
+    positions, moves any sum, mean or norm over all nodes and any
+    per-position parameter far beyond float tolerance, at an eighth of a
+    forward's extra cost; the first ``EXTREMES`` of them get features beyond
+    the range of ``x`` (:func:`context_features`), which moves maxima and
+    minima over the nodes too.
+
+    With the graph's ``edge_index``, the added nodes get edges of their own,
+    in front of the cut's and copies of its edges (their features too:
+    :func:`context_inputs`): one into and one out of each ring slot, and
+    into the first added node one more than the largest in-degree of the
+    graph (in-degrees under ``flow``). No message of them reaches ``S_L`` and
+    no node of ``S_L`` gets another degree, so a local model gives the
+    targets the same outputs; the number of edges, the largest in-degree and
+    the ring's degrees change."""
     k = max(EXTREMES + 1, -(-c.num_nodes // 8))
     # the first k + |c| positions hold k nodes outside c, unless the graph is smaller
     candidates = torch.arange(min(num_nodes, k + c.num_nodes), device=c.nodes.device)
@@ -500,27 +515,60 @@ def with_context(c: Cut, num_nodes: int) -> Cut:
     extra = torch.cat([candidates[~inside], candidates[inside]])[:k]
     if extra.numel() < k:  # a graph of fewer than k nodes: some copied twice
         extra = extra.repeat(-(-k // max(extra.numel(), 1)))[:k]
-    return Cut(nodes=torch.cat([extra, c.nodes]), edge_id=c.edge_id, edge_index=c.edge_index + k,
-               index=c.index + k, ring=torch.cat([torch.ones_like(extra, dtype=torch.bool), c.ring]))
+    edge_id, pairs, added = c.edge_id, c.edge_index + k, 0
+    if edge_index is not None and edge_index.numel():
+        device = c.nodes.device
+        ring = c.ring.nonzero().view(-1) + k
+        into = edge_index[1 if flow == "source_to_target" else 0]
+        largest = int(torch.bincount(into).max()) if into.numel() else 0
+        helpers = torch.arange(ring.numel(), device=device) % k
+        senders = torch.cat([helpers, ring, 1 + torch.arange(largest + 1, device=device) % (k - 1)])
+        receivers = torch.cat([ring, helpers, torch.zeros(largest + 1, dtype=torch.long, device=device)])
+        front = torch.stack([senders, receivers] if flow == "source_to_target" else [receivers, senders])
+        pool = c.edge_id if c.edge_id.numel() else torch.arange(edge_index.shape[1], device=device)
+        copies = pool[torch.arange(front.shape[1], device=device) % pool.numel()]
+        edge_id, pairs = torch.cat([copies, edge_id]), torch.cat([front, pairs], dim=1)
+        added = front.shape[1]
+    return Cut(nodes=torch.cat([extra, c.nodes]), edge_id=edge_id, edge_index=pairs, index=c.index + k,
+               ring=torch.cat([torch.ones_like(extra, dtype=torch.bool), c.ring]), added_edges=added)
 
 
 def context_features(x: Tensor, context: Cut) -> Tensor:
     r"""The node features of the check on ``context`` (:func:`with_context`):
-    ``x`` at its nodes, except that the first ``EXTREMES`` rows, isolated
-    nodes that a local model does not read, lie beyond the range of ``x`` in
-    every feature, :math:`\max x + s` and :math:`\min x - s` with
+    ``x`` at its nodes, except that the first ``EXTREMES`` rows, nodes that
+    a local model does not read, lie beyond the range of ``x`` in every
+    feature, :math:`\max x + s` and :math:`\min x - s` with
     :math:`s = \max x - \min x + 1` (over the whole graph). Added copies of
     other nodes alone leave a maximum or minimum over the nodes as it is
     whenever they lie inside the cut's range; these do not. Integer features
     (categories) are copied as they are."""
-    features = x[context.nodes]
-    if not x.is_floating_point() or not x.numel():
-        return features
-    low, high = x.amin(dim=0), x.amax(dim=0)
+    return _beyond(x, x[context.nodes])
+
+
+def _beyond(values: Tensor, rows: Tensor) -> Tensor:
+    """``rows`` (rows of ``values``) with the first ``EXTREMES`` set above and
+    below the range of ``values``; integer values as they are."""
+    if not values.is_floating_point() or not values.numel() or rows.shape[0] < EXTREMES:
+        return rows
+    low, high = values.amin(dim=0), values.amax(dim=0)
     span = high - low + 1
-    features[0] = high + span
-    features[1] = low - span
-    return features
+    rows[0] = high + span
+    rows[1] = low - span
+    return rows
+
+
+def context_inputs(kwargs: dict, context: Cut, num_nodes: int, num_edges: int) -> dict:
+    """The model's other inputs for the check on ``context``
+    (:func:`slice_inputs`), the first ``EXTREMES`` added edges with edge
+    features beyond the range of the inputs' (as :func:`context_features`
+    does for ``x``), so that a maximum or minimum over the edges moves."""
+    inputs = slice_inputs(kwargs, context, num_nodes, num_edges)[0]
+    if context.added_edges >= EXTREMES:
+        for key, value in kwargs.items():
+            if isinstance(value, Tensor) and value.dim() > 0 and key.startswith("edge") and \
+                    value.shape[0] == num_edges:
+                inputs[key] = _beyond(value, inputs[key])
+    return inputs
 
 
 def lean(c: Cut, flow: str = "source_to_target") -> Optional[tuple[Cut, Tensor]]:
