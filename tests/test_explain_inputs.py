@@ -501,3 +501,78 @@ def test_int32_indices_give_the_int64_explanation(narrow):
         torch.testing.assert_close(got.edge_mask, want.edge_mask, rtol=1e-12, atol=1e-12)
         other = slice(6, 12) if index == 0 else slice(0, 6)
         assert float(got.node_mask[other].abs().sum()) == 0.0  # the other graph gets nothing
+
+
+def _gcn_and_graph():
+    torch.manual_seed(0)
+    model = GCN(C).double().eval()
+    x, edge_index = sparse_graph()
+    return model, x.double(), edge_index
+
+
+BAD_INPUTS = {  # name: (call on (model, x, edge_index), the error's type and message)
+    "edge_index as a list": (lambda m, x, e: lrp.explain(m, x, e.tolist(), index=1),
+                             TypeError, "edge_index: expected the edges as an integer tensor"),
+    "edge_index uint8": (lambda m, x, e: lrp.explain(m, x, e.to(torch.uint8), index=1),
+                         TypeError, r"edge_index: expected int64 \(or int32\) node ids, got torch.uint8"),
+    "x 3-D": (lambda m, x, e: lrp.explain(m, x[None], e, index=1),
+              ValueError, r"x: expected floating-point node features of shape \[N, F\].*pass x\[0\]"),
+    "x empty": (lambda m, x, e: lrp.explain(m, x[:0], e, index=1), ValueError, "x: expected node features"),
+    "index a string": (lambda m, x, e: lrp.explain(m, x, e, index="3"), TypeError, "index: expected row positions"),
+    "index empty list": (lambda m, x, e: lrp.explain(m, x, e, index=[]), ValueError, "index: selects no rows"),
+    "edge_weight one short": (lambda m, x, e: lrp.explain(m, x, e, index=1, edge_weight=torch.ones(e.shape[1] - 1)),
+                              ValueError, r"edge_weight: expected one row per edge of edge_index"),
+    "batch float": (lambda m, x, e: lrp.explain(m, x, e, index=1, batch=torch.zeros(x.shape[0])),
+                    ValueError, "batch: expected one integer graph id per node"),
+    "batch negative": (lambda m, x, e: lrp.explain(m, x, e, index=1,
+                                                   batch=-torch.ones(x.shape[0], dtype=torch.long)),
+                       ValueError, "batch: graph ids must be >= 0"),
+    "walks on a sparse adjacency": (lambda m, x, e: lrp.walks(m, x, torch.sparse_coo_tensor(
+        e, torch.ones(e.shape[1]), (x.shape[0], x.shape[0])), index=1), ValueError, "edge_index: walks follow"),
+    "relevance_pass default_rule": (lambda m, x, e: lrp.relevance_pass(m, default_rule="x").__enter__(),
+                                    TypeError, "default_rule: expected a rule instance"),
+    "relevance_pass model": (lambda m, x, e: lrp.relevance_pass("x").__enter__(),
+                             TypeError, "model: expected a torch.nn.Module"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_inputs_are_refused_by_name(case):
+    """Each of these failed deep inside the pass with torch's or PyG's own
+    error, or with a message naming another argument (found by a probe)."""
+    call, error, message = BAD_INPUTS[case]
+    model, x, edge_index = _gcn_and_graph()
+    with pytest.raises(error, match=message):
+        call(model, x, edge_index)
+
+
+def test_mode_backward_refuses_an_input_that_was_not_watched():
+    """``mode.backward(out, seed, [x])`` with the ``x`` that was never passed
+    through ``mode.watch``: before, all-zero relevance without a word."""
+    model, x, edge_index = _gcn_and_graph()
+    with lrp.relevance_pass(model) as mode:
+        watched = mode.watch(x)
+        out = model(watched, edge_index)
+        with pytest.raises(ValueError, match=r"inputs\[0\]: does not carry relevance"):
+            mode.backward(out, out.detach(), [x])
+        (relevance,) = mode.backward(out, out.detach(), [watched])
+    assert float(relevance.abs().sum()) > 0
+
+
+def test_numpy_numbers_are_taken_where_ints_and_floats_are():
+    """``np.int64`` rows, ``top_k`` and ``batch_size`` and a numpy ``alpha``
+    were refused by walks, subgraph_relevance and explain_nodes (``explain``
+    took them); ``alpha=np.float32(0.05)`` said it must lie in [0, 1], got 0.05."""
+    import numpy as np
+
+    model, x, edge_index = _gcn_and_graph()
+    want = lrp.walks(model, x, edge_index, index=3, top_k=4)
+    got = lrp.walks(model, x, edge_index, index=np.int64(3), top_k=np.int64(4))
+    torch.testing.assert_close(got.relevance, want.relevance)
+    nodes = [2, 3, 4]
+    want = lrp.subgraph_relevance(model, x, edge_index, nodes, index=3, alpha=0.25)
+    assert lrp.subgraph_relevance(model, x, edge_index, nodes, index=np.int64(3), alpha=np.float32(0.25)) == \
+        pytest.approx(want, rel=1e-6)
+    want = lrp.explain_nodes(model, x, edge_index, index=[1, 2, 3], batch_size=2)
+    got = lrp.explain_nodes(model, x, edge_index, index=[1, 2, 3], batch_size=np.int64(2))
+    torch.testing.assert_close(got[0].node_mask, want[0].node_mask)

@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import numbers
+import operator
 import threading
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
@@ -62,7 +64,8 @@ from torch_geometric.nn import MessagePassing
 from . import audit, maps
 from .explainers.core import Pass, Settings, fall_back, resolve_task, same_output
 from .explainers.subgraph import Cut, count_hops, cut, message_flow, pays_off, slice_inputs
-from .explainers.targets import check_edge_index, check_rules, check_target, check_x, seed_of
+from .explainers.targets import (check_edge_index, check_graph_inputs, check_rules, check_target, check_x,
+                                 is_sparse, seed_of)
 from .mode import unwrap
 from .rules import Rule
 
@@ -280,11 +283,22 @@ def _message_passing_calls(model: torch.nn.Module) -> list[MessagePassing]:
     return layers
 
 
+def _whole(value):
+    """``value`` as an int where it is an integer of any kind (numpy's too), else as it is."""
+    if isinstance(value, bool) or isinstance(value, Tensor):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
+
+
 def _check_index(index, name: str = "index") -> int:
     if isinstance(index, Tensor):
         if index.numel() != 1:
             raise ValueError(f"{name}: walks explain one output row; got {index.numel()} rows. Call once per row.")
         index = index.item()
+    index = _whole(index)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"{name}: expected the output row to explain as an int >= 0, got {index!r}.")
     return index
@@ -301,6 +315,10 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     Otherwise (and for graph-level targets) on the whole input."""
     check_x(x, categorical=True)
     edge_index = check_edge_index(edge_index, None)
+    if is_sparse(edge_index):
+        raise ValueError("edge_index: walks follow the messages of each edge; pass the edges as a [2, E] tensor "
+                         "(torch_geometric.utils.to_edge_index(adj)), not a sparse adjacency.")
+    check_graph_inputs(x, edge_index, kwargs)
     check_rules(rules)
     index = _check_index(index)
     settings = Settings(rules=rules, track_edges=False, strict=True)
@@ -673,6 +691,7 @@ def walks(
     graph, pass its computation subgraph (``torch_geometric.utils.k_hop_subgraph``
     with one hop more than the model has layers, so degrees stay right).
     """
+    top_k, max_walks = _whole(top_k), _whole(max_walks)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k: expected None (every walk) or an int >= 1, got {top_k!r}.")
     if isinstance(max_walks, bool) or not isinstance(max_walks, int) or max_walks < 1:
@@ -800,8 +819,13 @@ def subgraph_relevance(
         A float for one node set; one value per set for a batch. All nodes
         give the first-order relevance of ``x``, the sum of every walk.
     """
-    if not (isinstance(alpha, (int, float)) and 0.0 <= alpha <= 1.0):
-        raise ValueError(f"alpha: the weight of a walk position outside the set lies in [0, 1], got {alpha!r}.")
+    if isinstance(alpha, Tensor) and alpha.numel() == 1 and alpha.is_floating_point():
+        alpha = alpha.item()
+    elif not isinstance(alpha, bool) and isinstance(alpha, numbers.Real):
+        alpha = float(alpha)  # numpy floats too
+    if isinstance(alpha, bool) or not (isinstance(alpha, (int, float)) and 0.0 <= alpha <= 1.0):
+        raise ValueError(f"alpha: the weight of a walk position outside the set, a number in [0, 1], got "
+                         f"{alpha!r}.")
 
     def body(steps: _Steps, info: dict):
         masks, single = _node_sets(nodes, info["num_nodes"], x.device)

@@ -1742,6 +1742,11 @@ class RelevanceMode(TorchFunctionMode):
                           f"in the pass they run out of place, so the pass computed something else than the "
                           f"model. Write them out of place (x = x.mul(a)).", RuntimeWarning, stacklevel=2)
         with self.unrouted():
+            for i, t in enumerate(inputs):
+                if isinstance(t, Tensor) and t.is_floating_point() and not t.requires_grad:
+                    raise ValueError(f"inputs[{i}]: does not carry relevance (it does not require grad), so none "
+                                     f"can reach it: pass the tensor that mode.watch(t) returned and the forward "
+                                     f"used.")
             return self._backward(out, seed, inputs, retain_graph)
 
     def _backward(self, out: Tensor, seed: Tensor, inputs: Sequence[Optional[Tensor]],
@@ -2497,6 +2502,11 @@ def relevance_pass(
     ...     (relevance,) = mode.backward(out, seed, [x])
     """
     from .convert import resolve_rules, type_rules, unused_types, unused_types_error  # late: convert imports nn
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module (or None), got {type(model).__name__}.")
+    if default_rule is not None and not isinstance(default_rule, Rule):
+        raise TypeError(f"default_rule: expected a rule instance from torch_geometric_lrp.rules (e.g. "
+                        f"lrp.rules.Epsilon()), got {default_rule!r}.")
     hooked: dict = {}
     by_type: tuple = ()
     unused: tuple = ()

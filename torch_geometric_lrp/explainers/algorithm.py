@@ -11,7 +11,8 @@ from torch_geometric.explain.config import MaskType
 
 from ..rules import Rule
 from .core import Settings, explain_rows, explanation_of
-from .targets import check_edge_index, check_rows, check_rules, check_target, check_view, check_x, mask_rows
+from .targets import (check_edge_index, check_graph_inputs, check_rows, check_rules, check_target, check_view,
+                      check_x, mask_rows)
 
 __all__ = ["LRP"]
 
@@ -84,6 +85,7 @@ class LRP(ExplainerAlgorithm):
         config, explainer = self.model_config, self.explainer_config
         check_x(x, categorical=True, hetero=True)
         edge_index = check_edge_index(edge_index, explainer.edge_mask_type, x)
+        check_graph_inputs(x, edge_index, kwargs)
         rows = check_rows(index, None, allow_empty=False)
         target = check_target(target, config.mode)
         settings = Settings(task_level=config.task_level, mode=config.mode, return_type=config.return_type,

@@ -21,8 +21,8 @@ from .core import (InFull, Relevance, Settings, _materialize, _spread, explain_r
                    full_output, input_total, on_cut, on_graph, proves_lean_cuts, warn_if_not_conserved)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out_each, split)
-from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_rows, check_rules, check_target,
-                      check_view, check_x, mask_rows)
+from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_graph_inputs, check_rows, check_rules,
+                      check_target, check_view, check_x, mask_rows)
 
 __all__ = ["explain", "explain_nodes", "NodeRelevance"]
 
@@ -116,6 +116,7 @@ def explain(
     edge_mask_type = _edge_mask_type(edge_mask_type)
     node_mask_type = _enum(MaskType, node_mask_type, "node_mask_type")
     edge_index = check_edge_index(edge_index, edge_mask_type, x)
+    check_graph_inputs(x, edge_index, kwargs)
     rows = check_rows(index, None, allow_empty=False)
     check_rules(rules)
     check_view(mask)
@@ -370,9 +371,10 @@ def explain_nodes(
                          "the edges (torch_geometric.utils.to_edge_index(adj)), or explain each node with "
                          "lrp.explain(..., edge_mask_type=None).")
     edge_index = check_edge_index(edge_index, None)
+    check_graph_inputs(x, edge_index, kwargs)
     n, e = x.shape[0], edge_index.shape[1]
     index = torch.arange(n, device=x.device) if index is None else check_rows(index, n).to(x.device)
-    check_batch_size(batch_size)
+    batch_size = check_batch_size(batch_size)
     check_view(mask)
     check_rules(rules)
     if output not in OUTPUTS:

@@ -60,8 +60,15 @@ def check_x(x, categorical: bool = False, hetero: bool = False) -> None:
         return
     if not isinstance(x, Tensor):
         raise TypeError(f"x: expected the node features as a tensor, got {type(x).__name__}.")
+    if x.device.type == "meta" or x.dim() == 0 or not x.shape[0]:
+        what = "on the meta device (no values)" if x.device.type == "meta" else f"of shape {tuple(x.shape)}"
+        raise ValueError(f"x: expected node features with one row per node, got a tensor {what}.")
     if categorical and not x.is_complex() and x.dtype != torch.bool and x.dim() in (1, 2):
         return
+    if x.is_floating_point() and x.dim() != 2:
+        raise ValueError(f"x: expected floating-point node features of shape [N, F], got shape {tuple(x.shape)}"
+                         + (" (a batch dimension in front? PyG batches graphs into one big graph: pass x[0])"
+                            if x.dim() == 3 and x.shape[0] == 1 else "") + ".")
     if not x.is_floating_point():
         raise TypeError(
             f"x: relevance is carried by floating-point node features, got dtype {x.dtype}. Pass x.float() "
@@ -102,6 +109,9 @@ def check_edge_index(edge_index, edge_mask_type, x=None):
             except ValueError as error:
                 raise ValueError(f"edge_index[{edge_type!r}]: {str(error).split(': ', 1)[1]}") from None
         return {edge_type: _plain(edges) for edge_type, edges in edge_index.items()}
+    if not isinstance(edge_index, Tensor) and not hasattr(edge_index, "sparse_sizes"):
+        raise TypeError(f"edge_index: expected the edges as an integer tensor of shape [2, E] (or a sparse "
+                        f"adjacency), got {type(edge_index).__name__}.")
     if is_sparse(edge_index):
         if edge_mask_type is not None:
             raise ValueError(
@@ -114,7 +124,36 @@ def check_edge_index(edge_index, edge_mask_type, x=None):
     if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.is_floating_point():
         raise ValueError(f"edge_index: expected integers of shape [2, E], got {edge_index.dtype} of shape "
                          f"{tuple(edge_index.shape)}.")
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"edge_index: expected int64 (or int32) node ids, got {edge_index.dtype}; pass "
+                        f"edge_index.long().")
     return _plain(edge_index)
+
+
+#: Model inputs with one row per edge, checked against ``edge_index``.
+PER_EDGE = ("edge_attr", "edge_weight", "edge_type")
+
+
+def check_graph_inputs(x, edge_index, kwargs: dict) -> None:
+    """The model's other inputs of a homogeneous graph that have a known
+    shape: ``batch`` one non-negative graph id per node, ``edge_attr``,
+    ``edge_weight`` and ``edge_type`` one row per edge (a wrong one would
+    fail deep inside the pass, or index other rows)."""
+    if not isinstance(x, Tensor) or not isinstance(edge_index, Tensor) or is_sparse(edge_index):
+        return
+    n, e = x.shape[0], edge_index.shape[1]
+    batch = kwargs.get("batch")
+    if isinstance(batch, Tensor):
+        if batch.is_floating_point() or batch.dtype == torch.bool or batch.dim() != 1 or batch.numel() != n:
+            raise ValueError(f"batch: expected one integer graph id per node ({n}), got {batch.dtype} of shape "
+                             f"{tuple(batch.shape)}.")
+        if n and int(batch.min()) < 0:
+            raise ValueError(f"batch: graph ids must be >= 0, got {int(batch.min())}.")
+    for key in PER_EDGE:
+        value = kwargs.get(key)
+        if isinstance(value, Tensor) and value.dim() > 0 and value.shape[0] != e:
+            raise ValueError(f"{key}: expected one row per edge of edge_index ({e}), got shape "
+                             f"{tuple(value.shape)}.")
 
 
 def _plain(edges):
@@ -161,7 +200,10 @@ def _rows_of(index, num_rows: Optional[int], name: str) -> Tensor:
         raise TypeError(f"{name}: expected row positions or a boolean mask over the rows of one output, got a dict "
                         f"({', '.join(map(repr, index))}). For a heterogeneous model, the explained rows are those "
                         f"of the node type it outputs: pass their positions (an int, list or tensor).")
-    index = torch.as_tensor(index)
+    if isinstance(index, str) or (isinstance(index, (list, tuple)) and any(isinstance(i, str) for i in index)):
+        raise TypeError(f"{name}: expected row positions or a boolean mask over the rows, got {index!r}.")
+    index = torch.as_tensor(index, dtype=torch.long) if isinstance(index, (list, tuple)) and not index \
+        else torch.as_tensor(index)
     if index.dtype == torch.bool:
         if index.dim() != 1 or (num_rows is not None and index.numel() != num_rows):
             raise ValueError(f"{name}: a boolean mask needs one entry per row ({num_rows}), got shape "
@@ -188,9 +230,13 @@ def check_view(mask: str) -> None:
         raise ValueError(f"mask: must be one of {list(MASK_VIEWS)}, got {mask!r}.")
 
 
-def check_batch_size(batch_size) -> None:
+def check_batch_size(batch_size) -> int:
+    """``batch_size`` as an int (numpy integers too), refused unless positive."""
+    if not isinstance(batch_size, (bool, Tensor)) and hasattr(batch_size, "__index__"):
+        batch_size = batch_size.__index__()
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected a positive int (targets per pass), got {batch_size!r}.")
+    return batch_size
 
 
 def check_target(target, mode: Optional[ModelMode]) -> Optional[Tensor]:
