@@ -576,3 +576,14 @@ def test_numpy_numbers_are_taken_where_ints_and_floats_are():
     want = lrp.explain_nodes(model, x, edge_index, index=[1, 2, 3], batch_size=2)
     got = lrp.explain_nodes(model, x, edge_index, index=[1, 2, 3], batch_size=np.int64(2))
     torch.testing.assert_close(got[0].node_mask, want[0].node_mask)
+
+
+def test_zbox_bounds_of_the_wrong_width_and_a_seed_of_the_wrong_shape_are_refused_by_name():
+    """Before: torch's expand error from inside the rule, and autograd's
+    'Mismatch in shape' from inside check_conservation."""
+    conv = GCNConv(4, 3).double()
+    x, edge_index = torch.rand(6, 4, dtype=torch.float64), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    with pytest.raises(ValueError, match=r"ZBox: low of shape \(3,\) does not broadcast to the input .* \(6, 4\)"):
+        lrp.explain(conv, x, edge_index, index=1, rules=lrp.rules.ZBox(torch.zeros(3), torch.ones(3)))
+    with pytest.raises(ValueError, match=r"seed: expected the output's shape \(6, 3\), got \(2,\)"):
+        lrp.check_conservation(conv, x, edge_index, seed=torch.ones(2))

@@ -241,6 +241,9 @@ def check_conservation(
             if mode.in_place:  # run out of place in the pass: the same function only if the output agrees
                 _check_in_place(model, mode, out, args, kwargs)
             relevance = out.detach() if seed is None else seed
+            if not isinstance(relevance, Tensor) or relevance.shape != out.shape:
+                shape = tuple(relevance.shape) if isinstance(relevance, Tensor) else type(relevance).__name__
+                raise ValueError(f"seed: expected the output's shape {tuple(out.shape)}, got {shape}.")
             found = mode.backward(out, relevance, list(carriers.values()))
     finally:
         for h in hooks:

@@ -496,10 +496,19 @@ class ZBox(Rule):
                              f"high={self.high!r}.")
 
     def _low(self, x: Tensor) -> Tensor:
-        return torch.as_tensor(self.low, dtype=x.dtype, device=x.device).expand_as(x)
+        return self._bound(self.low, "low", x)
 
     def _high(self, x: Tensor) -> Tensor:
-        return torch.as_tensor(self.high, dtype=x.dtype, device=x.device).expand_as(x)
+        return self._bound(self.high, "high", x)
+
+    def _bound(self, value, name: str, x: Tensor) -> Tensor:
+        bound = torch.as_tensor(value, dtype=x.dtype, device=x.device)
+        try:
+            return bound.expand_as(x)
+        except RuntimeError:
+            raise ValueError(f"ZBox: {name} of shape {tuple(bound.shape)} does not broadcast to the input of the "
+                             f"map it governs, of shape {tuple(x.shape)}: give one bound per input feature (the "
+                             f"last dimension), or a number.") from None
 
     def streams(self):
         return (Stream(_same, _same, _zero), Stream(self._low, _positive, _zero),
