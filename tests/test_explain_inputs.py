@@ -515,8 +515,6 @@ BAD_INPUTS = {  # name: (call on (model, x, edge_index), the error's type and me
                              TypeError, "edge_index: expected the edges as an integer tensor"),
     "edge_index uint8": (lambda m, x, e: lrp.explain(m, x, e.to(torch.uint8), index=1),
                          TypeError, r"edge_index: expected int64 \(or int32\) node ids, got torch.uint8"),
-    "x 3-D": (lambda m, x, e: lrp.explain(m, x[None], e, index=1),
-              ValueError, r"x: expected floating-point node features of shape \[N, F\].*pass x\[0\]"),
     "x empty": (lambda m, x, e: lrp.explain(m, x[:0], e, index=1), ValueError, "x: expected node features"),
     "index a string": (lambda m, x, e: lrp.explain(m, x, e, index="3"), TypeError, "index: expected row positions"),
     "index empty list": (lambda m, x, e: lrp.explain(m, x, e, index=[]), ValueError, "index: selects no rows"),

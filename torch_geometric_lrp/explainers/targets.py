@@ -65,10 +65,6 @@ def check_x(x, categorical: bool = False, hetero: bool = False) -> None:
         raise ValueError(f"x: expected node features with one row per node, got a tensor {what}.")
     if categorical and not x.is_complex() and x.dtype != torch.bool and x.dim() in (1, 2):
         return
-    if x.is_floating_point() and x.dim() != 2:
-        raise ValueError(f"x: expected floating-point node features of shape [N, F], got shape {tuple(x.shape)}"
-                         + (" (a batch dimension in front? PyG batches graphs into one big graph: pass x[0])"
-                            if x.dim() == 3 and x.shape[0] == 1 else "") + ".")
     if not x.is_floating_point():
         raise TypeError(
             f"x: relevance is carried by floating-point node features, got dtype {x.dtype}. Pass x.float() "
