@@ -636,14 +636,19 @@ def test_an_in_place_write_under_another_rule_starts_a_map(l1_rule):
     starts a map of its own, as an out-of-place op there does: the two forms
     agree (the one-stream map's memory, shared with the written tensor, is
     copied first: no version error)."""
-    def relevance(model):
-        rules = {"l1": l1_rule, "l2": Gamma(0.5)}
-        with relevance_pass(model, rules=rules, default_rule=Epsilon(1e-6)) as mode:
-            watched = mode.watch(X)
-            out = model(watched)
-            (r,) = mode.backward(out, out.detach(), [watched])
-        return r
-    torch.testing.assert_close(relevance(WritesBetweenLayers(True)), relevance(WritesBetweenLayers(False)))
+    torch.testing.assert_close(between_layers(WritesBetweenLayers(True), l1_rule)[1],
+                               between_layers(WritesBetweenLayers(False), l1_rule)[1])
+
+
+def between_layers(model, l1_rule):
+    """Output and relevance of ``X`` under ``l1_rule`` on ``l1``, ``Gamma(0.5)``
+    on ``l2`` and ``Epsilon`` elsewhere (the model's own forward)."""
+    rules = {"l1": l1_rule, "l2": Gamma(0.5)}
+    with relevance_pass(model, rules=rules, default_rule=Epsilon(1e-6)) as mode:
+        watched = mode.watch(X)
+        out = model(watched)
+        (r,) = mode.backward(out, out.detach(), [watched])
+    return out.detach(), r
 
 
 class ScalesBetweenLayers(torch.nn.Module):
@@ -675,14 +680,8 @@ def test_arithmetic_in_place_under_another_rule_starts_a_map(op, l1_rule):
     the model): the op starts a map of its own, as out of place. Before,
     the backward failed with autograd's in-place version error (the new
     map was opened from ``h`` itself, which the write then changed)."""
-    def relevance(model):
-        rules = {"l1": l1_rule, "l2": Gamma(0.5)}
-        with relevance_pass(model, rules=rules, default_rule=Epsilon(1e-6)) as mode:
-            watched = mode.watch(X)
-            out = model(watched)
-            (r,) = mode.backward(out, out.detach(), [watched])
-        return out.detach(), r
-    got, want = relevance(ScalesBetweenLayers(op, True)), relevance(ScalesBetweenLayers(op, False))
+    got, want = between_layers(ScalesBetweenLayers(op, True), l1_rule), \
+        between_layers(ScalesBetweenLayers(op, False), l1_rule)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
