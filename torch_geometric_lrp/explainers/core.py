@@ -40,8 +40,8 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, relevance_pass, unwrap
-from .subgraph import (Cut, context_features, context_inputs, count_hops, cut, layout_bound, lean, message_flow, pays_off,
-                       reaches_ring, slice_inputs, with_context)
+from .subgraph import (Cut, context_features, context_inputs, count_hops, cut, layout_bound, lean, message_flow,
+                       pays_off, reaches_ring, slice_inputs, with_context)
 from .trim import Propagations, Trimming, hop_distance
 from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, infer_return_type, infer_task_level,
                       is_sparse, seed_of)

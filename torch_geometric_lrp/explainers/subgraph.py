@@ -67,8 +67,8 @@ from torch_geometric.nn import (APPNP, AntiSymmetricConv, ARMAConv, ChebConv, Ga
                                 MeshCNNConv, MixHopConv, PANConv, SGConv, SSGConv, TAGConv)
 from torch_geometric.utils import cumsum
 
-__all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "context_features", "context_inputs",
-           "slice_inputs",
+__all__ = ["Cut", "Incidence", "cut", "cut_each", "disjoint_union", "split", "with_context", "context_features",
+           "context_inputs", "slice_inputs",
            "reaches_ring", "count_hops", "hops_of", "layer_hops", "layout_bound", "message_flow", "pays_off", "spelled_out",
            "spelled_out_each", "lean"]
 
@@ -503,8 +503,8 @@ def with_context(c: Cut, num_nodes: int, edge_index: Optional[Tensor] = None,
     With the graph's ``edge_index``, the added nodes get edges of their own,
     in front of the cut's and copies of its edges (their features too:
     :func:`context_inputs`): one into and one out of each ring slot, and
-    into the first added node one more than the largest in-degree of the
-    graph (in-degrees under ``flow``). No message of them reaches ``S_L`` and
+    into the first added node more than the largest in-degree of the graph
+    (in-degrees under ``flow``). No message of them reaches ``S_L`` and
     no node of ``S_L`` gets another degree, so a local model gives the
     targets the same outputs; the number of edges, the largest in-degree and
     the ring's degrees change."""
