@@ -509,3 +509,14 @@ def test_features_of_a_graph_with_one_feature_are_drawn():
     ax = lrp.visualize_features(explanation).axes[0]
     (bar,) = [p for p in ax.patches]
     assert bar.get_width() == pytest.approx(-1.5)
+
+
+def test_walks_along_no_edge_of_the_graph_given_are_refused():
+    """``visualize_walks(walks, edge_index[:, :4])``: steps along edges that
+    the given graph lacks were drawn as if they were edges of it."""
+    walks = (torch.tensor([[0, 1, 2], [3, 2, 2]]), torch.tensor([1.0, -0.5]))
+    full = torch.tensor([[0, 1, 3], [1, 2, 2]])
+    lrp.visualize_walks(walks, full)
+    lrp.visualize_walks(walks, full.flip(0))  # target_to_source: the edges reversed
+    with pytest.raises(ValueError, match=r"edge_index: the walks step along 1 node pairs .* \(first 3 -> 2\)"):
+        lrp.visualize_walks(walks, full[:, :2])
