@@ -531,6 +531,9 @@ BAD_INPUTS = {  # name: (call on (model, x, edge_index), the error's type and me
                                     TypeError, "default_rule: expected a rule instance"),
     "relevance_pass model": (lambda m, x, e: lrp.relevance_pass("x").__enter__(),
                              TypeError, "model: expected a torch.nn.Module"),
+    "subgraph a string": (lambda m, x, e: lrp.explain(m, x, e, index=1, subgraph="no"),
+                          TypeError, "subgraph: expected True or False, got 'no'"),
+    "LRP strict None": (lambda m, x, e: lrp.LRP(strict=None), TypeError, "strict: expected True or False"),
 }
 
 

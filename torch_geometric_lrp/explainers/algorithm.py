@@ -11,8 +11,8 @@ from torch_geometric.explain.config import MaskType
 
 from ..rules import Rule
 from .core import Settings, explain_rows, explanation_of
-from .targets import (check_edge_index, check_graph_inputs, check_rows, check_rules, check_target, check_view,
-                      check_x, mask_rows)
+from .targets import (check_edge_index, check_flags, check_graph_inputs, check_rows, check_rules, check_target,
+                      check_view, check_x, mask_rows)
 
 __all__ = ["LRP"]
 
@@ -74,6 +74,7 @@ class LRP(ExplainerAlgorithm):
         super().__init__()
         check_view(mask)
         check_rules(rules)
+        check_flags(strict=strict, subgraph=subgraph)
         self.rules = rules
         self.mask = mask
         self.strict = strict

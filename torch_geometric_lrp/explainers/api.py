@@ -21,8 +21,8 @@ from .core import (InFull, Relevance, Settings, _materialize, _spread, explain_r
                    full_output, input_total, on_cut, on_graph, proves_lean_cuts, warn_if_not_conserved)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out_each, split)
-from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_graph_inputs, check_rows, check_rules,
-                      check_target, check_view, check_x, mask_rows)
+from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_flags, check_graph_inputs, check_rows,
+                      check_rules, check_target, check_view, check_x, mask_rows)
 
 __all__ = ["explain", "explain_nodes", "NodeRelevance"]
 
@@ -120,6 +120,7 @@ def explain(
     rows = check_rows(index, None, allow_empty=False)
     check_rules(rules)
     check_view(mask)
+    check_flags(strict=strict, subgraph=subgraph)
     settings = Settings(task_level=_enum(ModelTaskLevel, task_level, "task_level"),
                         mode=_enum(ModelMode, mode, "mode"),
                         return_type=_enum(ModelReturnType, return_type, "return_type"),
@@ -377,6 +378,7 @@ def explain_nodes(
     batch_size = check_batch_size(batch_size)
     check_view(mask)
     check_rules(rules)
+    check_flags(strict=strict)
     if output not in OUTPUTS:
         raise ValueError(f"output: must be one of {list(OUTPUTS)}, got {output!r}.")
     if strategy not in STRATEGIES:

@@ -226,6 +226,13 @@ def check_view(mask: str) -> None:
         raise ValueError(f"mask: must be one of {list(MASK_VIEWS)}, got {mask!r}.")
 
 
+def check_flags(**flags) -> None:
+    """Each flag is a bool (``subgraph="no"`` is truthy, and would mean yes)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected True or False, got {value!r}.")
+
+
 def check_batch_size(batch_size) -> int:
     """``batch_size`` as an int (numpy integers too), refused unless positive."""
     if not isinstance(batch_size, (bool, Tensor)) and hasattr(batch_size, "__index__"):
