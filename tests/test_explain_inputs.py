@@ -588,3 +588,42 @@ def test_zbox_bounds_of_the_wrong_width_and_a_seed_of_the_wrong_shape_are_refuse
         lrp.explain(conv, x, edge_index, index=1, rules=lrp.rules.ZBox(torch.zeros(3), torch.ones(3)))
     with pytest.raises(ValueError, match=r"seed: expected the output's shape \(6, 3\), got \(2,\)"):
         lrp.check_conservation(conv, x, edge_index, seed=torch.ones(2))
+
+
+def test_a_layer_that_fails_unfused_on_a_sparse_adjacency_is_refused_with_what_to_do():
+    """EGConv with 'symnorm' on a SparseTensor keeps its normalisation in the
+    adjacency's values, read only by PyG's fused kernel, which the pass turns
+    off: before, a bare AssertionError from inside PyG. Now an error that
+    says to pass edge_index (with which it is explained)."""
+    torch_sparse = pytest.importorskip("torch_sparse")
+    from torch_geometric.nn import EGConv
+
+    torch.manual_seed(0)
+    conv = EGConv(F_IN, 8, aggregators=["symnorm"], num_heads=2, num_bases=2).double().eval()
+    x, edge_index = sparse_graph()
+    x = x.double()
+    adj = torch_sparse.SparseTensor.from_edge_index(edge_index, sparse_sizes=(x.shape[0], x.shape[0])).t()
+    conv(x, adj)  # PyG's own forward runs
+    with pytest.raises(RuntimeError, match=r"sparse adjacency .* Pass the edges as a \[2, E\] edge_index"):
+        lrp.explain(conv, x, adj, index=1, edge_mask_type=None, mode="regression")
+    explanation = lrp.explain(conv, x, edge_index, index=1, mode="regression")
+    assert abs(float(explanation.residual)) <= 1e-9 * max(abs(float(explanation.score)), 1.0)
+
+
+def test_a_model_whose_forward_takes_a_data_object_is_refused_by_name():
+    """``forward(self, data)`` (as in PyG's proteins_topk_pool example):
+    before, the forward's own TypeError about its arguments from inside the
+    pass."""
+    from torch_geometric.data import Data
+
+    class TakesData(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = GCNConv(F_IN, C)
+
+        def forward(self, data):
+            return self.conv(data.x, data.edge_index)
+
+    x, edge_index = sparse_graph()
+    with pytest.raises(TypeError, match=r"model: TakesData.forward takes 1 positional argument\(s\) \(data\)"):
+        lrp.explain(TakesData(), Data(x=x, edge_index=edge_index), index=1)

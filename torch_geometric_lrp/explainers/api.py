@@ -110,6 +110,7 @@ def explain(
         model's inputs, ``index`` (the explained rows) and ``target`` (the
         explained class, labels or value of each explained row).
     """
+    _check_signature(model)
     kwargs = {**_graph_kwargs(model, x, kwargs), **kwargs}
     x, edge_index = _graph_inputs(x, edge_index)
     check_x(x, categorical=True, hetero=True)
@@ -174,6 +175,23 @@ def _graph_kwargs(model: torch.nn.Module, data, given: dict) -> dict:
         elif name in data.keys():
             found[name] = data[name]
     return found
+
+
+def _check_signature(model: torch.nn.Module) -> None:
+    """The forward takes ``(x, edge_index, ...)``: a ``forward(data)`` would
+    fail inside the pass with its own ``TypeError`` about arguments."""
+    try:
+        parameters = inspect.signature(unwrap(model).forward).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return
+    if any(p.kind == p.VAR_POSITIONAL for p in parameters):
+        return
+    positional = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2:
+        raise TypeError(f"model: {type(unwrap(model)).__name__}.forward takes {len(positional)} positional "
+                        f"argument(s) ({', '.join(positional) or 'none'}); LRP calls model(x, edge_index, "
+                        f"**kwargs), as PyG's Explainer does. Give it a forward(x, edge_index, ...), or wrap it in "
+                        f"a module whose forward(x, edge_index, batch=None) builds the Data and calls it.")
 
 
 def _graph_inputs(x, edge_index) -> tuple:

@@ -214,6 +214,15 @@ class Pass:
         except Exception as error:
             if categorical and not self._looked_up():
                 raise self._no_lookup(x) from error
+            if isinstance(error, AssertionError) and is_sparse(edge_index):
+                # a layer's own invariant, broken where the pass turns its fused sparse kernel off
+                raise RuntimeError(
+                    f"model: a layer's forward failed in the relevance pass on this sparse adjacency "
+                    f"({type(error).__name__}{': ' + str(error) if str(error) else ''}). The pass runs message "
+                    f"passing through message and aggregate (PyG's fused sparse kernels would hide the messages), "
+                    f"which some layers support only on edge_index (EGConv with 'symnorm' keeps its normalisation "
+                    f"in the adjacency's values). Pass the edges as a [2, E] edge_index "
+                    f"(torch_geometric.utils.to_edge_index(adj)).") from error
             raise
         if categorical and not self._looked_up():
             raise self._no_lookup(x)
