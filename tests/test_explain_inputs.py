@@ -515,6 +515,8 @@ BAD_INPUTS = {  # name: (call on (model, x, edge_index), the error's type and me
                              TypeError, "edge_index: expected the edges as an integer tensor"),
     "edge_index uint8": (lambda m, x, e: lrp.explain(m, x, e.to(torch.uint8), index=1),
                          TypeError, r"edge_index: expected int64 \(or int32\) node ids, got torch.uint8"),
+    "dense adjacency": (lambda m, x, e: lrp.explain(m, x, torch.ones(x.shape[0], x.shape[0]), index=1),
+                        ValueError, "edge_index: got a dense adjacency matrix of shape"),
     "x empty": (lambda m, x, e: lrp.explain(m, x[:0], e, index=1), ValueError, "x: expected node features"),
     "index a string": (lambda m, x, e: lrp.explain(m, x, e, index="3"), TypeError, "index: expected row positions"),
     "index empty list": (lambda m, x, e: lrp.explain(m, x, e, index=[]), ValueError, "index: selects no rows"),

@@ -117,6 +117,13 @@ def check_edge_index(edge_index, edge_mask_type, x=None):
                 f"(torch_geometric.utils.to_edge_index(adj)) to get one relevance value per edge."
             )
         return edge_index
+    if edge_index.dim() >= 2 and edge_index.shape[-1] == edge_index.shape[-2] and edge_index.shape[-1] != 2 and \
+            (edge_index.is_floating_point() or edge_index.dtype == torch.bool):
+        raise ValueError(f"edge_index: got a dense adjacency matrix of shape {tuple(edge_index.shape)}; LRP explains "
+                         f"message passing over edges: pass edge_index as integers of shape [2, E] "
+                         f"(torch_geometric.utils.dense_to_sparse(adj)[0]), or a sparse adjacency with "
+                         f"edge_mask_type=None. Models built on dense adjacencies (DenseGCNConv, dense_diff_pool) "
+                         f"are not supported.")
     if edge_index.dim() != 2 or edge_index.shape[0] != 2 or edge_index.is_floating_point():
         raise ValueError(f"edge_index: expected integers of shape [2, E], got {edge_index.dtype} of shape "
                          f"{tuple(edge_index.shape)}.")
