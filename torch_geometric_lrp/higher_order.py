@@ -50,7 +50,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import numbers
-import operator
 import threading
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
@@ -65,7 +64,7 @@ from . import audit, maps
 from .explainers.core import Pass, Settings, fall_back, resolve_task, same_output
 from .explainers.subgraph import Cut, count_hops, cut, message_flow, pays_off, slice_inputs
 from .explainers.targets import (check_edge_index, check_graph_inputs, check_rules, check_target, check_x,
-                                 is_sparse, seed_of)
+                                 is_sparse, seed_of, whole)
 from .mode import unwrap
 from .rules import Rule
 
@@ -283,22 +282,12 @@ def _message_passing_calls(model: torch.nn.Module) -> list[MessagePassing]:
     return layers
 
 
-def _whole(value):
-    """``value`` as an int where it is an integer of any kind (numpy's too), else as it is."""
-    if isinstance(value, bool) or isinstance(value, Tensor):
-        return value
-    try:
-        return operator.index(value)
-    except TypeError:
-        return value
-
-
 def _check_index(index, name: str = "index") -> int:
     if isinstance(index, Tensor):
         if index.numel() != 1:
             raise ValueError(f"{name}: walks explain one output row; got {index.numel()} rows. Call once per row.")
         index = index.item()
-    index = _whole(index)
+    index = whole(index)
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise ValueError(f"{name}: expected the output row to explain as an int >= 0, got {index!r}.")
     return index
@@ -691,7 +680,7 @@ def walks(
     graph, pass its computation subgraph (``torch_geometric.utils.k_hop_subgraph``
     with one hop more than the model has layers, so degrees stay right).
     """
-    top_k, max_walks = _whole(top_k), _whole(max_walks)
+    top_k, max_walks = whole(top_k), whole(max_walks)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k: expected None (every walk) or an int >= 1, got {top_k!r}.")
     if isinstance(max_walks, bool) or not isinstance(max_walks, int) or max_walks < 1:

@@ -19,6 +19,8 @@ explained (the argmax, or :math:`z > 0` per label).
 """
 from __future__ import annotations
 
+import operator
+
 from typing import Optional
 
 import torch
@@ -240,10 +242,20 @@ def check_flags(**flags) -> None:
             raise TypeError(f"{name}: expected True or False, got {value!r}.")
 
 
+def whole(value):
+    """``value`` as an int where it is an integer of any kind (numpy's too),
+    else as it is (a bool and a tensor too, which callers check themselves)."""
+    if isinstance(value, (bool, Tensor)):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
+
+
 def check_batch_size(batch_size) -> int:
     """``batch_size`` as an int (numpy integers too), refused unless positive."""
-    if not isinstance(batch_size, (bool, Tensor)) and hasattr(batch_size, "__index__"):
-        batch_size = batch_size.__index__()
+    batch_size = whole(batch_size)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected a positive int (targets per pass), got {batch_size!r}.")
     return batch_size
