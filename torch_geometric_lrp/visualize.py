@@ -753,8 +753,10 @@ def visualize_walks(walks, edge_index: Tensor, path: Optional[str] = None, *, to
     keep[paths.view(-1)] = True
     background = _edges_to_draw(g, keep)
     steps = {(s, d) for walk in paths.tolist() for s, d in zip(walk[:-1], walk[1:]) if s != d}
-    edges = set(map(tuple, edge_index.t().tolist()))
-    missing = sorted(step for step in steps if step not in edges and step[::-1] not in edges)
+    # the steps looked up among the edges as keys (one tensor op, not a Python set of every edge)
+    pairs = torch.tensor(sorted(steps), dtype=torch.long).view(-1, 2)
+    keys = torch.cat([edge_index[0] * n + edge_index[1], edge_index[1] * n + edge_index[0]])
+    missing = pairs[~torch.isin(pairs[:, 0] * n + pairs[:, 1], keys)].tolist()
     if missing:  # a step along no edge: the walks are of another graph (or edge_index is cut short)
         raise ValueError(f"edge_index: the walks step along {len(missing)} node pairs that are no edge of it in "
                          f"either direction (first {missing[0][0]} -> {missing[0][1]}); pass the edges the walks "

@@ -20,7 +20,6 @@ explained (the argmax, or :math:`z > 0` per label).
 from __future__ import annotations
 
 import operator
-
 from typing import Optional
 
 import torch
