@@ -15,7 +15,8 @@ from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 from torch_geometric.nn import GCNConv, MessagePassing
 
 import torch_geometric_lrp as lrp
-from explain_cases import (C, DATA, F_IN, GCN, HID, INDEX, MODELS, assert_conserved, assert_same, build,
+from explain_cases import (C, DATA, F_IN, GCN, HID, INDEX, MODELS, CachedGCN, assert_conserved, assert_same,
+                           assert_same_explanation, build,
                            check_relevance, inputs, lrp_explainer, one_thread_fixture, out_dim, snapshot)
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
@@ -754,3 +755,76 @@ def test_a_parameter_given_as_an_input_stays_a_parameter():
                                  subgraph=False, **given))
     torch.testing.assert_close(found[1].node_mask, found[0].node_mask)
     torch.testing.assert_close(found[1].edge_mask, found[0].edge_mask)
+
+
+# ===========================================================================
+# Caches of another input
+# ===========================================================================
+def _cached_model():
+    torch.manual_seed(0)
+    return CachedGCN(C).eval()
+
+
+def _other_graph(edge_index):
+    """The same node count, another edge list (every edge rewired)."""
+    return torch.stack([edge_index[0], edge_index[1].roll(5)])
+
+
+@pytest.mark.parametrize("entry", ["explain", "explainer", "explain_nodes", "walks", "check_conservation"])
+def test_a_cache_of_another_graph_is_refused(entry):
+    """``cached=True`` layers that cached graph A read A's normalisation (and
+    edges) on graph B. A pass never reads caches, so it would explain the
+    model on B, not what the model computes: refused, naming the layers, and
+    the caches are left as they were."""
+    x, edge_index, _ = inputs("node")
+    model = _cached_model()
+    with torch.no_grad():
+        model(x, _other_graph(edge_index))  # caches graph A
+    cache = model.conv1._cached_edge_index
+    with pytest.raises(ValueError, match=r"'conv1' \(GCNConv\), 'conv2' \(GCNConv\) hold a cache.*cached=False"):
+        if entry == "explain":
+            lrp.explain(model, x, edge_index, index=3)
+        elif entry == "explainer":
+            lrp_explainer(model, "multiclass_classification", "raw", "node")(x, edge_index, index=3)
+        elif entry == "explain_nodes":
+            lrp.explain_nodes(model, x, edge_index, torch.tensor([1, 3]))
+        elif entry == "walks":
+            lrp.walks(model, x, edge_index, index=3, top_k=3)
+        else:
+            lrp.check_conservation(model, x, edge_index)
+    assert model.conv1._cached_edge_index is cache and model.conv1.cached
+
+
+def test_a_cache_of_the_same_graph_explains_as_without_it():
+    """The common case (cached=True on one fixed graph): the same explanation
+    as the model without caches, the caches and the training flag kept."""
+    x, edge_index, _ = inputs("node")
+    model = _cached_model().train()
+    with torch.no_grad():
+        model(x, edge_index)
+    cache = model.conv1._cached_edge_index
+    cached = lrp.explain(model, x, edge_index, index=3)
+    assert model.conv1._cached_edge_index is cache and model.training and model.conv1.training
+    model.conv1._cached_edge_index = model.conv2._cached_edge_index = None
+    model.conv1.cached = model.conv2.cached = False
+    fresh = lrp.explain(model, x, edge_index, index=3)
+    assert_same_explanation(cached, fresh, atol=1e-6)
+    assert cached.score == pytest.approx(fresh.score, rel=1e-6)
+
+
+def test_sgconv_features_cached_from_other_features_are_refused():
+    """SGConv caches its propagated features: explaining other features
+    would explain a model that ignores them."""
+    from torch_geometric.nn import SGConv
+    x, edge_index, _ = inputs("node")
+    torch.manual_seed(0)
+    model = SGConv(F_IN, C, K=2, cached=True).eval()
+    with torch.no_grad():
+        model(x + 1.0, edge_index)
+    with pytest.raises(ValueError, match=r"SGConv.*_cached_x"):
+        lrp.explain(model, x, edge_index, index=3)
+    with torch.no_grad():
+        model._cached_x = None
+        model(x, edge_index)
+    ex = lrp.explain(model, x, edge_index, index=3)
+    assert ex.score == pytest.approx(model(x, edge_index)[3, ex.target].item(), rel=1e-5)

@@ -30,7 +30,7 @@ import math
 import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 from torch import Tensor
@@ -39,7 +39,7 @@ from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType,
 
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
-from ..mode import UnsupportedOpError, relevance_pass, unwrap
+from ..mode import UnsupportedOpError, _locked, _prepared, relevance_pass, unwrap
 from .subgraph import (Cut, context_features, context_inputs, count_hops, cut, layout_bound, lean, message_flow,
                        pays_off, reaches_ring, slice_inputs, with_context)
 from .trim import Propagations, Trimming, hop_distance
@@ -48,7 +48,7 @@ from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, inf
 
 __all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "InFull",
            "proves_lean_cuts", "full_output",
-           "explanation_of", "resolve_task", "same_output", "fall_back", "input_total"]
+           "explanation_of", "resolve_task", "same_output", "fall_back", "input_total", "check_caches"]
 
 
 #: Graphs with at most this many edges check a cut against the full graph's output.
@@ -429,6 +429,63 @@ def _materialize(model: torch.nn.Module, x, edge_index, kwargs: dict) -> None:
             m.training = training
 
 
+def _caches(model: torch.nn.Module) -> dict:
+    """Every ``_cached_*`` attribute that is set, by ``(module, name)``: the
+    normalised graph of ``GCNConv``/``APPNP``/... (``cached=True``), SGConv's
+    propagated features."""
+    return {(m, k): v for m in model.modules() for k, v in vars(m).items() if k.startswith("_cached_") and v is not None}
+
+
+def check_caches(model: torch.nn.Module, call: Callable[[], object]) -> None:
+    """Refuse a model whose layers hold a cache of another input.
+
+    A layer built with ``cached=True`` reads its cache instead of the graph it
+    is given (SGConv even instead of the features). A pass never reads caches
+    (it may run on a subgraph), so it explains the model on the input given:
+    where a cache is of another input, the model's own output ``call()``
+    differs from that function, and an explanation would be of something the
+    model did not compute. One plain forward with the caches and one without
+    decide, in eval mode, only where a cache is held; no cache is changed."""
+    model = unwrap(model)
+    held = _caches(model)
+    if not held:
+        return
+    modules = list(model.modules())
+    with _locked(modules):
+        kept = {key: getattr(*key) for key in ((m, k) for m in modules for k in vars(m) if k.startswith("_cached_"))}
+        training = [(m, m.training) for m in modules]
+        try:
+            model.eval()
+            with torch.no_grad():
+                try:
+                    cached, failed = call(), None
+                except Exception as error:  # noqa: BLE001 (decided below, by the forward without caches)
+                    cached, failed = None, error
+                with _prepared(model, modules):
+                    try:
+                        fresh = call()
+                    except Exception:  # noqa: BLE001 (the pass itself will say why the model fails)
+                        return
+        finally:
+            for m, was in training:
+                m.training = was
+            for (m, k), v in kept.items():
+                object.__setattr__(m, k, v)
+    if failed is None and (not isinstance(cached, Tensor) or not isinstance(fresh, Tensor)
+                           or same_output(cached, fresh)):
+        return
+    names = {name: type(m).__name__ for name, m in model.named_modules() if any(m is n for n, _ in held)}
+    attributes = sorted({k for _, k in held})
+    how = (f"fails with it ({type(failed).__name__}: {failed})" if failed is not None else
+           f"differs from the output without it (largest difference "
+           f"{(cached - fresh).abs().nan_to_num().max().item():.3g})" if cached.shape == fresh.shape else
+           f"has shape {tuple(cached.shape)} with it and {tuple(fresh.shape)} without")
+    raise ValueError(f"model: {', '.join(f'{n!r} ({t})' for n, t in names.items())} hold a cache (cached=True) "
+                     f"of another input: the model's output on this input {how}. LRP explains the input given (a "
+                     f"pass never reads caches), which is not what the model computes here. Clear the cache first "
+                     f"(set {', '.join(attributes)} of those layers to None), or build them with cached=False.")
+
+
 def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
                  target: Optional[Tensor], settings: Settings) -> Relevance:
     """Relevance of the outputs ``rows`` of ``model(x, edge_index, **kwargs)``
@@ -484,6 +541,7 @@ def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, ab
 def _explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
                   target: Optional[Tensor], settings: Settings) -> Relevance:
     _materialize(model, x, edge_index, kwargs)
+    check_caches(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     if rows is not None:  # given as a list or int, made on the CPU: where the graph is
         rows = rows.to(next(iter(x.values())).device if isinstance(x, dict) else x.device)
     if isinstance(x, dict):
