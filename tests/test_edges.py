@@ -310,3 +310,39 @@ def test_a_graph_classifier_that_reuses_a_layer_is_explained_without_a_subgraph_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lrp.explain(Net().to(DTYPE), x, edge_index, batch=batch, index=1)
+
+
+def test_rgcn_pair_under_two_relations_books_each_message_on_its_edge():
+    """RGCNConv propagates once per relation over ``edge_index[:, edge_type == r]``:
+    a (source, target) pair under two relations is two edges, and each gets
+    its own relation's message (by hand: LRP-0, one layer, sum aggregation,
+    no bias: the message ``x_j W_r`` at the target's class)."""
+    from torch_geometric.nn import RGCNConv
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 0, 2], [1, 1, 1]])
+    edge_type = torch.tensor([1, 0, 0])
+    conv = RGCNConv(2, 2, num_relations=2, aggr="add", bias=False).double()
+    for subgraph in (True, False):
+        found = lrp.explain(conv, x, edge_index, edge_type=edge_type, index=1, target=torch.tensor([0]),
+                            rules=lrp.rules.Epsilon(0.0), subgraph=subgraph)
+        expected = torch.stack([(x[j] @ conv.weight[r])[0] for j, r in zip(edge_index[0].tolist(),
+                                                                           edge_type.tolist())])
+        torch.testing.assert_close(found.edge_mask, expected.detach(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layer", ["RGCNConv", "FiLMConv", "FastRGCNConv"])
+def test_relational_edge_masks_follow_a_permutation_of_the_edges(layer):
+    """Listing the edges (with their types) in another order lists their
+    relevance in that order, also where pairs repeat under several relations."""
+    import torch_geometric.nn as pyg_nn
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 0, 2, 3, 0], [1, 1, 1, 1, 1]])
+    edge_type = torch.tensor([1, 0, 0, 1, 2])
+    model = getattr(pyg_nn, layer)(3, 2, num_relations=3).double().eval()
+    perm = torch.tensor([3, 1, 4, 0, 2])
+    a = lrp.explain(model, x, edge_index, edge_type=edge_type, index=1, target=torch.tensor([0]))
+    b = lrp.explain(model, x, edge_index[:, perm], edge_type=edge_type[perm], index=1, target=torch.tensor([0]))
+    torch.testing.assert_close(b.edge_mask, a.edge_mask[perm], rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(b.node_mask, a.node_mask, rtol=1e-9, atol=1e-12)

@@ -787,3 +787,47 @@ def test_convert_and_check_conservation_name_heterogeneous_models():
             lrp.convert(model)
         with pytest.raises(TypeError, match="check_conservation: the inputs hold dicts.*lrp.explain"):
             lrp.check_conservation(model, x, edges)
+
+
+def _message_weight_gradients(model, layer, x_dict, edge_index_dict, row):
+    """d out[row, 0] / d w per edge type, with every message of ``layer``
+    multiplied by a weight of ones of the edge type whose input tensor its
+    call got: the edge relevance of LRP-0 on a bias-free model."""
+    weights = {k: torch.ones(v.shape[1], dtype=torch.float64, requires_grad=True) for k, v in edge_index_dict.items()}
+    current = {}
+    hooks = [layer.register_propagate_forward_pre_hook(lambda m, inputs: current.__setitem__("edges", inputs[0])),
+             layer.register_message_forward_hook(lambda m, inputs, out: out * weights[next(
+                 k for k, v in edge_index_dict.items() if v is current["edges"])].view(-1, 1))]
+    try:
+        score = model(x_dict, edge_index_dict)[row, 0]
+        return dict(zip(weights, torch.autograd.grad(score, list(weights.values()))))
+    finally:
+        for h in hooks:
+            h.remove()
+
+
+@pytest.mark.parametrize("same_pairs", [False, True])
+def test_one_conv_shared_by_two_edge_types_books_each_call_on_its_type(same_pairs):
+    """A conv that a ``HeteroConv`` holds under two edge types (weights shared
+    across relations) propagates once per type: each call's messages go to
+    the type whose edges it got, also where both types hold the same pairs."""
+    torch.manual_seed(0)
+    cites, rev = ("paper", "cites", "paper"), ("paper", "rev_cites", "paper")
+    x = {"paper": torch.randn(4, 3, dtype=torch.float64)}
+    edges = {cites: torch.tensor([[0, 1, 2], [1, 2, 3]]),
+             rev: torch.tensor([[0, 1, 2], [1, 2, 3]]) if same_pairs else torch.tensor([[1, 2, 3, 0], [0, 1, 2, 2]])}
+    shared = GraphConv(3, 2, bias=False)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = HeteroConv({cites: shared, rev: shared}, aggr="sum")
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.conv(x_dict, edge_index_dict)["paper"]
+
+    model = Net().double().eval()
+    found = lrp.explain(model, x, edges, index=2, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0))
+    expected = _message_weight_gradients(model, shared, x, edges, 2)
+    for key in edges:
+        torch.testing.assert_close(found[key].edge_mask, expected[key], rtol=1e-9, atol=1e-12)

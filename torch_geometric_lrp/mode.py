@@ -906,6 +906,8 @@ new_zeros new_ones new_full new_empty zeros_like ones_like empty_like full_like"
 # those that read autograd state, which parameters must answer as constants.
 _AUTOGRAD_METADATA = frozenset({"requires_grad.__get__", "is_leaf.__get__", "grad_fn.__get__"})
 _METADATA_FUNCS: set = set()
+# selections of an edge list's columns that RelevanceMode.track_columns follows
+_COLUMN_SELECTIONS = frozenset({Tensor.__getitem__, Tensor.index_select, torch.index_select})
 _BATCH_NORM_ROLES = {1: "gate", "running_mean": "gate", 2: "gate", "running_var": "gate",
                      3: "weight", "weight": "weight", 4: "bias", "bias": "bias"}
 
@@ -1220,6 +1222,7 @@ class RelevanceMode(TorchFunctionMode):
         self._reported: set = set()  # grad_fn of ops counted in unsupported (strict=False)
         self._functions_checked = None  # the grad_fn of the last output check_functions walked from
         self.lookups: list = []  # (name, columns, watched output) per lookup, in order
+        self._columns: Optional[_ByIdentity] = None  # edge lists -> the input edges of their columns (track_columns)
 
     # -- rules of the running modules ------------------------------------------------------
     def enter(self, module: torch.nn.Module, *args) -> None:
@@ -1913,6 +1916,8 @@ class RelevanceMode(TorchFunctionMode):
         if self._any_stale:  # a plain flag: only after an in-place op ran out of place
             self._note_stale(args, kwargs or {})
         out = self._route(func, args, kwargs or {})
+        if self._columns is not None and func in _COLUMN_SELECTIONS:
+            self._follow_columns(func, args, kwargs or {}, out)
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
                 _op_name(func) in _IN_PLACE and _carries(args[0]) and out is not self._origins.get(args[0]):
             # The op ran out of place (a relevance Function owns its output): a
@@ -1926,6 +1931,39 @@ class RelevanceMode(TorchFunctionMode):
                 self.first_nonfinite is None and _carries(out) and not bool(torch.isfinite(out).all()):
             self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"
         return out
+
+    def track_columns(self, edges: Tensor) -> None:
+        """From here on, follow which columns of ``edges`` (``[2, E]``) the
+        forward selects: ``edges[:, mask]``, ``edges[:, index]``,
+        ``edges.index_select(1, index)`` and selections of those, as
+        ``RGCNConv`` and ``FiLMConv`` propagate over each relation's edges.
+        :meth:`columns_of` tells them (a pair that two relations share is
+        then no longer ambiguous)."""
+        self._columns = _ByIdentity()
+        self._columns[edges] = torch.arange(edges.shape[1], device=edges.device)
+
+    def columns_of(self, t: Tensor) -> Optional[Tensor]:
+        """The columns of the tracked edges that ``t`` holds, in order
+        (:meth:`track_columns`), or ``None``."""
+        return None if self._columns is None else self._columns.get(t)
+
+    def _follow_columns(self, func, args, kwargs, out) -> None:
+        source = args[0] if args else None
+        ids = self._columns.get(source) if isinstance(source, Tensor) else None
+        if ids is None or not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != source.shape[0]:
+            return
+        if func is Tensor.__getitem__:
+            key = args[1] if len(args) > 1 else None
+            picked = key[1] if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], slice) \
+                and key[0] == slice(None) else None
+        else:  # index_select(source, dim, index)
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            index = args[2] if len(args) > 2 else kwargs.get("index")
+            picked = index if dim in (1, -1) else None
+        if isinstance(picked, (Tensor, slice)):
+            columns = ids[picked]
+            if columns.shape[0] == out.shape[1]:
+                self._columns[out] = columns
 
     def _note_stale(self, args, kwargs) -> None:
         """Records the in-place ops whose left-behind tensor this call reads."""

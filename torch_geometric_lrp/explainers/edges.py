@@ -205,6 +205,9 @@ class EdgeRelevance:
         # layers the forward reaches outside the model (a module called from
         # a global function): hooked when they first run
         self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._discover))
+        mode = current_mode()
+        if mode is not None and not self.hetero:  # which input edges a layer's selection of columns holds
+            mode.track_columns(self._inputs[None])
         return self
 
     def __exit__(self, *exc) -> None:
@@ -274,6 +277,13 @@ class EdgeRelevance:
                 not self.hetero and self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
             return self._last[1]
         if not self.hetero:
+            mode = current_mode()
+            columns = mode.columns_of(edges) if mode is not None else None
+            if columns is not None:
+                # a selection of the input's columns (one relation's edges): message k is input edge
+                # columns[k], even where another selection holds the same pair
+                empty = edges.new_empty(0)
+                return [(None, Routing(slice(0, edges.shape[1]), columns, empty, empty, empty))]
             if self._sorted is None and edges.shape[1] != self._inputs[None].shape[1]:
                 # messages over another edge list than the input (a trimmed
                 # layer, trim.py): the input's pairs sorted once for all layers
@@ -287,9 +297,13 @@ class EdgeRelevance:
     def _locate_hetero(self, layer, edges: Tensor) -> list:
         inputs = self._inputs
         given = self._given.get(id(layer))
-        key = self._edge_type_of.get(id(layer))
-        if key is None and given is not None and given[0] == "tensor" and len(given[1]) == 1:
-            key = given[1][0]
+        registered = self._edge_type_of.get(id(layer), ())
+        key = registered[0] if len(registered) == 1 else None
+        if key is None and given is not None and given[0] == "tensor":
+            # a layer registered under several types (one conv shared by two relations of a
+            # HeteroConv) propagates over the one whose input tensor this call got
+            keys = [k for k in given[1] if not registered or k in registered]
+            key = keys[0] if len(keys) == 1 else None
         if key is None:
             same = [k for k, e in inputs.items() if e is edges]
             key = same[0] if len(same) == 1 else None
@@ -405,10 +419,11 @@ def _concatenation(inputs: dict, edges: Tensor) -> list:
 
 
 def _registered_edge_types(model: torch.nn.Module, edge_types) -> dict[int, tuple]:
-    """``{id(layer): edge_type}`` for the message-passing layers that a
-    ``ModuleDict`` of ``model`` holds under an edge type's key (its
+    """``{id(layer): (edge_type, ...)}`` for the message-passing layers that
+    a ``ModuleDict`` of ``model`` holds under an edge type's key (its
     ``'__'``-joined name, as ``to_hetero`` registers them, or PyG's
-    ``ModuleDict`` key, as ``HeteroConv`` does)."""
+    ``ModuleDict`` key, as ``HeteroConv`` does): every type a layer is held
+    under (one conv may serve several relations)."""
     names = {name: t for t in edge_types for name in ("__".join(t), PyGModuleDict.to_internal_key(t), t)}
     found: dict[int, tuple] = {}
     for module in model.modules():
@@ -417,6 +432,6 @@ def _registered_edge_types(model: torch.nn.Module, edge_types) -> dict[int, tupl
                 edge_type = names.get(key)
                 if edge_type is not None:
                     for layer in sub.modules():
-                        if isinstance(layer, MessagePassing):
-                            found[id(layer)] = edge_type
+                        if isinstance(layer, MessagePassing) and edge_type not in found.get(id(layer), ()):
+                            found[id(layer)] = found.get(id(layer), ()) + (edge_type,)
     return found
