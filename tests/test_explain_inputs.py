@@ -73,6 +73,69 @@ def test_non_finite_values_outside_the_dependency_change_nothing(value, subgraph
     assert_same_explanation(poisoned, clean)
 
 
+@pytest.mark.parametrize("layer", ["GATConv", "GATv2Conv", "TransformerConv"])
+@pytest.mark.parametrize("where", ["x", "edge_attr"])
+@pytest.mark.parametrize("subgraph", [True, False])
+def test_a_non_finite_value_in_attention_the_target_does_not_read_changes_nothing(layer, where, subgraph):
+    """Path 0 - 1 - 2, one attention layer, target 0. A NaN at node 2 (or on
+    edge 2 -> 1) makes node 1's attention NaN, which node 0's output never
+    reads: the explanation is the clean one (before: NaN in every row)."""
+    import torch_geometric.nn as pyg_nn
+    torch.manual_seed(0)
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    model = getattr(pyg_nn, layer)(3, 2, edge_dim=2).double().eval()
+    x = torch.randn(3, 3, dtype=torch.float64)
+    edge_attr = torch.randn(4, 2, dtype=torch.float64)
+    clean = lrp.explain(model, x, edge_index, edge_attr=edge_attr, index=0, target=torch.tensor([0]),
+                        subgraph=subgraph)
+    if where == "x":
+        x = x.clone()
+        x[2, 0] = float("nan")
+    else:
+        edge_attr = edge_attr.clone()
+        edge_attr[3, 0] = float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        poisoned = lrp.explain(model, x, edge_index, edge_attr=edge_attr, index=0, target=torch.tensor([0]),
+                               subgraph=subgraph)
+    for key in ("node_mask", "edge_mask", "edge_attr_mask"):
+        torch.testing.assert_close(poisoned[key], clean[key], rtol=1e-12, atol=1e-12, msg=key)
+    assert poisoned.score == clean.score
+
+
+@pytest.mark.parametrize("rules", [None, lrp.rules.Epsilon(0.0), lrp.rules.AlphaBeta(2.0, 1.0)])
+def test_a_non_finite_edge_weight_the_target_does_not_read_changes_nothing(rules):
+    """A NaN edge weight far from the target, on the full graph: the GCN
+    normalisation's NaN entries are gates the target never reads."""
+    from torch_geometric.nn.models import GCN as StockGCN
+    torch.manual_seed(0)
+    model = StockGCN(F_IN, HID, num_layers=2, out_channels=C).eval()
+    x, edge_index = sparse_graph()
+    weight = torch.ones(edge_index.shape[1])
+    clean = lrp.explain(model, x, edge_index, edge_weight=weight, index=10, subgraph=False, rules=rules)
+    poisoned_weight = weight.clone()
+    poisoned_weight[(edge_index[1] == 30).nonzero()[0]] = float("nan")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        poisoned = lrp.explain(model, x, edge_index, edge_weight=poisoned_weight, index=10, subgraph=False,
+                               rules=rules)
+    assert_same_explanation(poisoned, clean)
+
+
+def test_a_non_finite_gate_the_target_reads_gives_a_non_finite_explanation():
+    """Where the target does read the NaN attention, its score is NaN, and
+    so is its relevance: said, not hidden."""
+    from torch_geometric.nn import GATConv
+    torch.manual_seed(0)
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    model = GATConv(3, 2).double().eval()
+    x = torch.randn(3, 3, dtype=torch.float64)
+    x[1, 0] = float("nan")
+    with pytest.warns(RuntimeWarning, match="depends on a non-finite value"):
+        found = lrp.explain(model, x, edge_index, index=0, target=torch.tensor([0]))
+    assert found.node_mask.isnan().any()
+
+
 # ---------------------------------------------------------------------------
 # Item 9: targets
 # ---------------------------------------------------------------------------

@@ -1381,7 +1381,21 @@ class RelevanceMode(TorchFunctionMode):
             # so that what the constant absorbs is measured.)
             return NotImplemented
         infos = [self.gate_info(t) for t, r in operands if r == "signal"] if self._gates else [None]
-        out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
+        plain = None
+        if any(r == "gate" and t.is_floating_point() and not bool(torch.isfinite(t).all()) for t, r in operands):
+            # A gate with inf / NaN entries (attention over a NaN feature, a NaN edge weight): the map's
+            # value keeps them, as the model's does, but its streams read them as 0. Where an output reads
+            # such an entry, its value (and so its relevance) is not finite anyway; elsewhere the stream's
+            # backward would multiply 0 relevance by them and spread NaN into rows the output does not
+            # depend on.
+            a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
+            plain = fn(*a, **kw)
+            finite = [torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) if r == "gate" else t
+                      for t, r in operands]
+            args, kwargs = _filled(args, kwargs, finite)
+            keyed = _tensors_of(args, kwargs)
+            operands = [(t, r) for t, (_, r) in zip(finite, operands)]
+        out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands, plain)
         if None not in infos and not (name in _MIXING and any(r == "weight" for _, r in operands)):
             # a gate times constants or weights element by element, summed or joined with gates
             # (FAConv's tanh(.) * w, GMMConv's sum_k exp(.) g_k): still a gate of the products it
@@ -1391,23 +1405,28 @@ class RelevanceMode(TorchFunctionMode):
             self.mark_gate(out, _joined(infos))
         return out
 
-    def _linear_op_of_signals(self, name, fn, kind, rule, args, kwargs, keyed, operands):
+    def _linear_op_of_signals(self, name, fn, kind, rule, args, kwargs, keyed, operands, plain=None):
+        """The op's streams under ``rule``, registered as a map end whose
+        value is ``plain`` where given (else the op on the operands' values)."""
         if rule.signed:
-            return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands])
+            return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands], plain)
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
             for k, stream in enumerate(streams):
                 a, kw = _filled(args, kwargs, [self._stream_arg(t, r, rule, k, stream) for t, r in operands])
                 outputs.append(fn(*a, **kw))
-        if len(streams) == 1 and streams[0].identity:
+        if plain is not None:
+            value = plain
+        elif len(streams) == 1 and streams[0].identity:
             value = outputs[0]
         else:  # every operand a constant: no graph is built
             a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
             value = fn(*a, **kw)
         return self._register(value, rule, outputs)
 
-    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list):
+    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list,
+                   plain: Optional[Tensor] = None):
         r"""Linear op ``name`` under a ``signed`` rule (see
         :class:`~torch_geometric_lrp.rules.Rule`), whose two streams split the
         map's paths by sign. With factors :math:`f` (weights, gates) each
@@ -1425,9 +1444,9 @@ class RelevanceMode(TorchFunctionMode):
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
             if rule.value_stream:
                 value, up = op.value()
-                return self._register(value, rule, [value, value if up else op.count(1)])
+                return self._register(value if plain is None else plain, rule, [value, value if up else op.count(1)])
             outputs = [op.count(1), op.count(-1)]
-        return self._register(op.plain(), rule, outputs)
+        return self._register(op.plain() if plain is None else plain, rule, outputs)
 
     def _signs_of(self, f: Tensor) -> list:
         """The signs (``1``, ``-1``) that the entries of factor or constant
