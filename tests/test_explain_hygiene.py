@@ -828,3 +828,26 @@ def test_sgconv_features_cached_from_other_features_are_refused():
         model(x, edge_index)
     ex = lrp.explain(model, x, edge_index, index=3)
     assert ex.score == pytest.approx(model(x, edge_index)[3, ex.target].item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("ones", [False, True])
+def test_explain_edge_masks_left_on_by_the_user_are_refused_where_they_change_the_output(ones):
+    """``set_masks`` scales every message: LRP explains the layers without
+    them, so masks that change the output are refused (naming
+    ``clear_masks``); masks of ones change nothing and are explained
+    through. The masks stay on either way."""
+    x, edge_index, _ = inputs("node")
+    model = build("gcn")
+    reference = lrp.explain(model, x, edge_index, index=3)
+    torch.manual_seed(1)
+    mask = torch.ones(edge_index.shape[1]) if ones else torch.rand(edge_index.shape[1])
+    set_masks(model, mask, edge_index, apply_sigmoid=False)
+    try:
+        if ones:
+            assert_same_explanation(lrp.explain(model, x, edge_index, index=3), reference)
+        else:
+            with pytest.raises(ValueError, match=r"explain edge masks on \(set_masks\).*clear_masks"):
+                lrp.explain(model, x, edge_index, index=3)
+        assert all(m._explain and m._edge_mask is mask for m in model.modules() if isinstance(m, MessagePassing))
+    finally:
+        clear_masks(model)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .audit import RelevanceAudit
 from .convert import convert
-from .explainers.core import check_caches
+from .explainers.core import check_layer_state
 from .maps import _Close
 from .mode import current_mode, relevance_pass
 
@@ -165,7 +165,7 @@ def check_conservation(
     kwargs = {k: v.detach() if k not in carriers and isinstance(v, Tensor) and v.requires_grad else v
               for k, v in kwargs.items()}
 
-    check_caches(model, lambda: model(*args, **kwargs))
+    check_layer_state(model, lambda: model(*args, **kwargs))
     layers = {n: LayerRelevance(n, type(m).__name__) for n, m in model.named_modules() if n}
     hooks = []
 

@@ -61,7 +61,7 @@ from torch_geometric.explain.config import ModelTaskLevel
 from torch_geometric.nn import MessagePassing
 
 from . import audit, maps
-from .explainers.core import Pass, Settings, check_caches, fall_back, resolve_task, same_output
+from .explainers.core import Pass, Settings, check_layer_state, fall_back, resolve_task, same_output
 from .explainers.subgraph import Cut, count_hops, cut, message_flow, pays_off, slice_inputs
 from .explainers.targets import (check_edge_index, check_graph_inputs, check_rules, check_target, check_x,
                                  is_sparse, seed_of, whole)
@@ -312,7 +312,7 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     index = _check_index(index)
     settings = Settings(rules=rules, track_edges=False, strict=True)
     check_target(target, None)
-    check_caches(model, lambda: unwrap(model)(x, edge_index, **kwargs))
+    check_layer_state(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     layers = _message_passing_calls(unwrap(model))
     if not layers:
         raise ValueError(f"model: {type(model).__name__} has no message-passing layer, so it has no walks.")

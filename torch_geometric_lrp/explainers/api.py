@@ -17,8 +17,8 @@ from ..rules import Rule
 from . import distributed as shard
 from . import core
 from ..mode import unwrap
-from .core import (InFull, Relevance, Settings, _materialize, _spread, check_caches, explain_rows, explanation_of,
-                   fall_back, full_output, input_total, on_cut, on_graph, proves_lean_cuts, warn_if_not_conserved)
+from .core import (InFull, Relevance, Settings, _materialize, _spread, check_layer_state, explain_rows,
+                   explanation_of, fall_back, full_output, input_total, on_cut, on_graph, proves_lean_cuts, warn_if_not_conserved)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out_each, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_flags, check_graph_inputs, check_rows,
@@ -419,7 +419,7 @@ def explain_nodes(
         target.shape[0] != n
     settings.target_per_row = per_target  # decided once: a batch of n rows is no per-node target
     _materialize(model, x, edge_index, kwargs)
-    check_caches(model, lambda: unwrap(model)(x, edge_index, **kwargs))
+    check_layer_state(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     rank, world_size = shard.world(distributed)
     if world_size > 1:
         shard.check_same((n, e, batch_size, output, per_target, *shard.fingerprint(index)))

@@ -48,7 +48,7 @@ from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, inf
 
 __all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "InFull",
            "proves_lean_cuts", "full_output",
-           "explanation_of", "resolve_task", "same_output", "fall_back", "input_total", "check_caches"]
+           "explanation_of", "resolve_task", "same_output", "fall_back", "input_total", "check_layer_state"]
 
 
 #: Graphs with at most this many edges check a cut against the full graph's output.
@@ -429,25 +429,38 @@ def _materialize(model: torch.nn.Module, x, edge_index, kwargs: dict) -> None:
             m.training = training
 
 
-def _caches(model: torch.nn.Module) -> dict:
-    """Every ``_cached_*`` attribute that is set, by ``(module, name)``: the
-    normalised graph of ``GCNConv``/``APPNP``/... (``cached=True``), SGConv's
-    propagated features."""
-    return {(m, k): v for m in model.modules() for k, v in vars(m).items() if k.startswith("_cached_") and v is not None}
+def _layer_state(model: torch.nn.Module) -> dict:
+    """What layers hold that makes them compute something else than they
+    would from their inputs, and that a pass turns off (``_prepared``), by
+    ``(module, attribute)``: a ``_cached_*`` attribute that is set (the
+    normalised graph of ``GCNConv``/``APPNP``/..., SGConv's propagated
+    features; ``cached=True``), and PyG's explain edge masks while they are on
+    (``set_masks``: ``_explain`` and ``_edge_mask``)."""
+    found = {}
+    for m in model.modules():
+        for k, v in vars(m).items():
+            if k.startswith("_cached_") and v is not None:
+                found[m, k] = v
+        if vars(m).get("_explain") is True and getattr(m, "_edge_mask", None) is not None:
+            found[m, "_edge_mask"] = m._edge_mask
+    return found
 
 
-def check_caches(model: torch.nn.Module, call: Callable[[], object]) -> None:
-    """Refuse a model whose layers hold a cache of another input.
+def check_layer_state(model: torch.nn.Module, call: Callable[[], object]) -> None:
+    """Refuse a model whose layers hold state that changes what it computes
+    on this input.
 
-    A layer built with ``cached=True`` reads its cache instead of the graph it
-    is given (SGConv even instead of the features). A pass never reads caches
-    (it may run on a subgraph), so it explains the model on the input given:
-    where a cache is of another input, the model's own output ``call()``
-    differs from that function, and an explanation would be of something the
-    model did not compute. One plain forward with the caches and one without
-    decide, in eval mode, only where a cache is held; no cache is changed."""
+    A pass never reads two kinds of layer state (it may run on a subgraph,
+    and it explains the model itself): caches (``cached=True``: the layer
+    reads its cache instead of the graph it is given, SGConv even instead of
+    the features) and PyG's explain edge masks (``set_masks``, which scale
+    every message). Where the model's own output ``call()`` differs from its
+    output without them (a cache of another input, masks that are not all
+    ones), an explanation would be of something the model did not compute.
+    One plain forward with the state and one without decide, in eval mode,
+    only where such state is held; nothing is changed."""
     model = unwrap(model)
-    held = _caches(model)
+    held = _layer_state(model)
     if not held:
         return
     modules = list(model.modules())
@@ -458,9 +471,9 @@ def check_caches(model: torch.nn.Module, call: Callable[[], object]) -> None:
             model.eval()
             with torch.no_grad():
                 try:
-                    cached, failed = call(), None
-                except Exception as error:  # noqa: BLE001 (decided below, by the forward without caches)
-                    cached, failed = None, error
+                    given, failed = call(), None
+                except Exception as error:  # noqa: BLE001 (decided below, by the forward without the state)
+                    given, failed = None, error
                 with _prepared(model, modules):
                     try:
                         fresh = call()
@@ -471,19 +484,29 @@ def check_caches(model: torch.nn.Module, call: Callable[[], object]) -> None:
                 m.training = was
             for (m, k), v in kept.items():
                 object.__setattr__(m, k, v)
-    if failed is None and (not isinstance(cached, Tensor) or not isinstance(fresh, Tensor)
-                           or same_output(cached, fresh)):
+    if failed is None and (not isinstance(given, Tensor) or not isinstance(fresh, Tensor)
+                           or same_output(given, fresh)):
         return
-    names = {name: type(m).__name__ for name, m in model.named_modules() if any(m is n for n, _ in held)}
-    attributes = sorted({k for _, k in held})
-    how = (f"fails with it ({type(failed).__name__}: {failed})" if failed is not None else
-           f"differs from the output without it (largest difference "
-           f"{(cached - fresh).abs().nan_to_num().max().item():.3g})" if cached.shape == fresh.shape else
-           f"has shape {tuple(cached.shape)} with it and {tuple(fresh.shape)} without")
-    raise ValueError(f"model: {', '.join(f'{n!r} ({t})' for n, t in names.items())} hold a cache (cached=True) "
-                     f"of another input: the model's output on this input {how}. LRP explains the input given (a "
-                     f"pass never reads caches), which is not what the model computes here. Clear the cache first "
-                     f"(set {', '.join(attributes)} of those layers to None), or build them with cached=False.")
+    how = (f"fails with them ({type(failed).__name__}: {failed})" if failed is not None else
+           f"differs from the output without them (largest difference "
+           f"{(given - fresh).abs().nan_to_num().max().item():.3g})" if given.shape == fresh.shape else
+           f"has shape {tuple(given.shape)} with them and {tuple(fresh.shape)} without")
+    names = {m: name for name, m in model.named_modules()}
+    caches = [m for m, k in held if k != "_edge_mask"]
+    masks = [m for m, k in held if k == "_edge_mask"]
+    parts, fixes = [], []
+    if caches:
+        parts.append(f"{', '.join(dict.fromkeys(f'{names[m]!r} ({type(m).__name__})' for m in caches))} hold a "
+                     f"cache (cached=True)")
+        fixes.append(f"clear the caches (set {', '.join(sorted({k for m, k in held if k != '_edge_mask'}))} of "
+                     f"those layers to None) or build the layers with cached=False")
+    if masks:
+        parts.append(f"{', '.join(dict.fromkeys(f'{names[m]!r} ({type(m).__name__})' for m in masks))} have PyG's "
+                     f"explain edge masks on (set_masks), which scale their messages")
+        fixes.append("clear the masks (torch_geometric.explain.algorithm.utils.clear_masks(model))")
+    raise ValueError(f"model: {' and '.join(parts)}: the model's output on this input {how}. LRP explains what the "
+                     f"layers compute from the input given (a pass reads neither caches nor explain masks), which is "
+                     f"not what the model computes here. First {', and '.join(fixes)}.")
 
 
 def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
@@ -541,7 +564,7 @@ def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, ab
 def _explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
                   target: Optional[Tensor], settings: Settings) -> Relevance:
     _materialize(model, x, edge_index, kwargs)
-    check_caches(model, lambda: unwrap(model)(x, edge_index, **kwargs))
+    check_layer_state(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     if rows is not None:  # given as a list or int, made on the CPU: where the graph is
         rows = rows.to(next(iter(x.values())).device if isinstance(x, dict) else x.device)
     if isinstance(x, dict):
