@@ -220,7 +220,8 @@ def test_explain_nodes_falls_back_for_a_model_that_is_not_local(batch_size):
 
 def test_a_graph_level_model_is_refused_with_the_graphs_own_numbers():
     """The error counts the rows and nodes of the graph the user passed, not
-    those of the targets' batched subgraph copies."""
+    those of the targets' batched subgraph copies (the cut's own row count
+    sends the pass to the full graph, whose output decides)."""
     from torch_geometric.nn import GCNConv, global_mean_pool
 
     class Pooled(torch.nn.Module):
@@ -233,5 +234,54 @@ def test_a_graph_level_model_is_refused_with_the_graphs_own_numbers():
 
     torch.manual_seed(0)
     x, edge_index = torch.randn(19, 3), torch.randint(0, 19, (2, 40))
-    with pytest.raises(ValueError, match=r"task_level: .* gave 1 rows for the graph's 19 nodes\. .*lrp\.explain"):
+    with pytest.raises(ValueError, match=r"gives 1 rows for the graph's 19 nodes, .*lrp\.explain"):
         lrp.explain_nodes(Pooled(), x, edge_index)
+
+
+class FirstRows(torch.nn.Module):
+    """Returns the first ``batch_size`` rows only (``out[:batch_size]``, as
+    models trained on NeighborLoader mini-batches do)."""
+
+    def __init__(self):
+        super().__init__()
+        from torch_geometric.nn import GraphConv
+        self.c1, self.c2 = GraphConv(3, 6, bias=False), GraphConv(6, 2, bias=False)
+
+    def forward(self, x, edge_index, batch_size: int = 5):
+        return self.c2(self.c1(x, edge_index).relu(), edge_index)[:batch_size]
+
+
+class PerNodeParameter(torch.nn.Module):
+    """A learned vector per node of the graph: not local (one-node cuts get
+    ``[1, F] + [N, F]``, all N rows)."""
+
+    def __init__(self, n):
+        super().__init__()
+        from torch_geometric.nn import GCNConv
+        self.conv, self.own = GCNConv(3, 2), torch.nn.Parameter(torch.randn(n, 2))
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index) + self.own
+
+
+@pytest.mark.parametrize("case", ["first_rows", "per_node_parameter"])
+def test_an_output_that_is_not_one_row_per_cut_node_is_explained_on_the_full_graph(case):
+    """The cut's row count tells nothing about such models: the full graph
+    explains them (before, node-level calls raised a task_level error), and
+    LRP-0 on the bias-free one equals gradient x input."""
+    torch.manual_seed(0)
+    x = torch.randn(20, 3, dtype=torch.float64)
+    edge_index = torch.randint(0, 12, (2, 30))  # nodes 12..19 receive and send nothing
+    model = (FirstRows() if case == "first_rows" else PerNodeParameter(20)).double().eval()
+    index = 2 if case == "first_rows" else 15
+    full = lrp.explain(model, x, edge_index, index=index, rules=lrp.rules.Epsilon(0.0), subgraph=False,
+                       task_level="node")
+    for found in (lrp.explain(model, x, edge_index, index=index, rules=lrp.rules.Epsilon(0.0), task_level="node"),
+                  lrp.explain_nodes(model, x, edge_index, torch.tensor([index]), rules=lrp.rules.Epsilon(0.0))[0]):
+        torch.testing.assert_close(found.node_mask, full.node_mask, rtol=1e-12, atol=1e-14)
+        assert found.score == pytest.approx(full.score, rel=1e-12)
+    if case == "first_rows":
+        x_ = x.clone().requires_grad_()
+        out = model(x_, edge_index)
+        (grad,) = torch.autograd.grad(out[index, int(full.target)], x_)
+        torch.testing.assert_close(full.node_mask, (x_ * grad).detach(), rtol=1e-9, atol=1e-12)

@@ -1463,12 +1463,12 @@ def test_a_sum_in_place_into_a_buffer_leaves_the_buffer_without_history():
     torch.testing.assert_close(explanation.node_mask, inputs * inputs.grad)
 
 
-def test_nan_in_the_accounting_from_an_empty_attention_is_named():
+def test_nan_from_an_empty_attention_stays_out_of_the_accounting():
     """SetTransformerAggregation over a node without incoming edges: its
-    attention over an empty set is NaN, which PyG replaces by 0. The masks are
-    those of the same graph with an edge into that node (the explained node
-    does not read it); the accounting holds NaN, and the warning says why
-    instead of blaming a gradient hook."""
+    attention over an empty set is NaN, which PyG replaces by 0. The masks and
+    the accounting are those of the same graph with an edge into that node
+    (the explained node does not read it): the NaN gate entries are read as 0
+    by the map's streams. (Before, the accounting held NaN, with a warning.)"""
     from torch_geometric.nn import aggr
 
     torch.manual_seed(0)
@@ -1477,11 +1477,13 @@ def test_nan_in_the_accounting_from_an_empty_attention_is_named():
     x = torch.randn(4, 4, dtype=DTYPE)
     empty = torch.tensor([[1, 2, 0, 3], [0, 0, 1, 2]])  # node 3 receives nothing
     full = torch.tensor([[1, 2, 0, 3, 0], [0, 0, 1, 2, 3]])
-    with pytest.warns(RuntimeWarning, match="cannot be accounted for: absorbed nan"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         with_empty = lrp.explain(conv, x, empty, index=0, rules=lrp.rules.Epsilon(0.0), subgraph=False)
     reference = lrp.explain(conv, x, full, index=0, rules=lrp.rules.Epsilon(0.0), subgraph=False)
     torch.testing.assert_close(with_empty.node_mask, reference.node_mask, rtol=1e-12, atol=1e-14)
-    assert abs(float(reference.residual)) < 1e-9
+    assert with_empty.absorbed == pytest.approx(reference.absorbed, rel=1e-12)
+    assert abs(float(reference.residual)) < 1e-9 and abs(float(with_empty.residual)) < 1e-9
 
 
 class ScalesAGateInPlace(torch.nn.Module):

@@ -1382,7 +1382,8 @@ class RelevanceMode(TorchFunctionMode):
             return NotImplemented
         infos = [self.gate_info(t) for t, r in operands if r == "signal"] if self._gates else [None]
         plain = None
-        if any(r == "gate" and t.is_floating_point() and not bool(torch.isfinite(t).all()) for t, r in operands):
+        if any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and not bool(torch.isfinite(t).all())
+               for t, r in operands):
             # A gate with inf / NaN entries (attention over a NaN feature, a NaN edge weight): the map's
             # value keeps them, as the model's does, but its streams read them as 0. Where an output reads
             # such an entry, its value (and so its relevance) is not finite anyway; elsewhere the stream's
@@ -1390,8 +1391,8 @@ class RelevanceMode(TorchFunctionMode):
             # depend on.
             a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
             plain = fn(*a, **kw)
-            finite = [torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) if r == "gate" else t
-                      for t, r in operands]
+            finite = [torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+                      if r == "gate" and t.layout == torch.strided else t for t, r in operands]
             args, kwargs = _filled(args, kwargs, finite)
             keyed = _tensors_of(args, kwargs)
             operands = [(t, r) for t, (_, r) in zip(finite, operands)]

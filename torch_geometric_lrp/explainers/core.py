@@ -599,8 +599,13 @@ def on_graph(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: 
         if rows is None:
             rows = torch.arange(out.shape[0], device=out.device)
         elif rows.numel() and int(rows.max()) >= out.shape[0]:
+            nodes = num_nodes_of(x)
+            hint = (f" The model gives {out.shape[0]} rows for the graph's {nodes} nodes, and node-level "
+                    f"explanations read the row of each explained node: explain a graph- or edge-level model with "
+                    f"lrp.explain or PyG's Explainer (task_level='graph')."
+                    if level == ModelTaskLevel.node and isinstance(nodes, int) and out.shape[0] < nodes else "")
             raise ValueError(f"index: row {int(rows.max())} is out of range for an output of "
-                             f"{out.shape[0]} rows.")
+                             f"{out.shape[0]} rows.{hint}")
         target = check_target(target, mode)
         return _relevance_at(p, out, rows, rows, None if settings.target_per_row else out.shape[0], target, level,
                              mode, return_type)
@@ -742,13 +747,9 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         rows_per_node = out.shape[0] == c.num_nodes and (
             isinstance(check, Exception) or check.shape[0] == (n if context is None else context.num_nodes))
         if not rows_per_node:
-            if settings.task_level is None:
-                return None  # not node-level
-            whole = n if context is None else context.num_nodes
-            gave = f"{check.shape[0]} rows for the graph's {whole} nodes" if isinstance(check, Tensor) and \
-                check.shape[0] != whole else f"{out.shape[0]} rows for the {c.num_nodes} nodes of the targets' subgraphs"
-            raise ValueError(f"task_level: node-level explanations need one output row per node; the model gave "
-                             f"{gave}. Explain a graph- or edge-level model with lrp.explain or PyG's Explainer.")
+            # not one row per node of the cut: a graph-level output, the first rows only (out[:batch_size],
+            # as NeighborLoader models return), a parameter per node of the graph: the full graph decides
+            return None
         level, mode, return_type = resolve_task(p, settings, c.num_nodes, run.edge_index, inputs)
         if level != ModelTaskLevel.node:
             return None
