@@ -162,3 +162,42 @@ def test_bad_loaders_and_arguments_are_refused():
     hetero["a"].x = data.x
     with pytest.raises(TypeError, match="loader: expected mini-batches of torch_geometric.data.Data"):
         next(lrp.explain_loader(model, [hetero]))
+
+
+def test_reversed_edge_copies_are_refused():
+    """``subgraph_type='bidirectional'`` adds reversed copies of edges whose
+    ``e_id`` names the edge they reverse: mapped back, their relevance would
+    land on the other direction's edge. Refused, naming the option."""
+    torch.manual_seed(0)
+    model = GCN().double().eval()
+    data = graph()
+    data.edge_index = torch.cat([data.edge_index, data.edge_index.flip(0)], dim=1)
+    data.edge_attr = None
+    loader = NeighborLoader(data, num_neighbors=[-1] * 3, batch_size=2, input_nodes=torch.tensor([3, 17]),
+                            subgraph_type="bidirectional")
+    with pytest.raises(ValueError, match=r"e_id names edge .*subgraph_type='directional'"):
+        next(iter(lrp.explain_loader(model, loader)))
+
+
+def test_induced_mini_batches_give_the_full_graph_explanation():
+    """``subgraph_type='induced'`` keeps every edge among the sampled nodes
+    with its own id: with all neighbours it is the full graph's explanation."""
+    torch.manual_seed(0)
+    model = GCN().double().eval()
+    data = graph()
+    seeds = torch.tensor([3, 17])
+    loader = NeighborLoader(data, num_neighbors=[-1] * 3, batch_size=2, input_nodes=seeds, subgraph_type="induced")
+    [block] = list(lrp.explain_loader(model, loader))
+    for ex, ref in zip(block, lrp.explain_nodes(model, data.x, data.edge_index, seeds)):
+        for got, expected in zip(dense(ex), dense(ref)):
+            torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_a_seed_listed_twice_is_refused():
+    """A seed given twice in ``input_nodes`` is two nodes of the mini-batch
+    with one id: its relevance would be split over two entries."""
+    torch.manual_seed(0)
+    model = GCN().double().eval()
+    loader = NeighborLoader(graph(), num_neighbors=[-1] * 3, batch_size=4, input_nodes=torch.tensor([3, 17, 3]))
+    with pytest.raises(ValueError, match=r"holds node 3 .* more than once .*input_nodes.unique\(\)"):
+        next(iter(lrp.explain_loader(model, loader)))

@@ -86,7 +86,7 @@ def _stream(model, loader, inputs: list[str], target: Optional[str], output: str
             options: dict) -> Iterator[Union[list[Explanation], NodeRelevance]]:
     graph = getattr(loader, "data", None)
     for batch in loader:
-        _check_batch(batch, inputs, target)
+        _check_batch(batch, inputs, target, graph)
         seeds = int(batch.batch_size)
         kwargs = {name: batch[name] for name in inputs}
         seed_target = None if target is None else batch[target][:seeds]
@@ -102,7 +102,7 @@ def _stream(model, loader, inputs: list[str], target: Optional[str], output: str
             yield _to_graph(result, batch, graph)
 
 
-def _check_batch(batch, inputs: Sequence[str], target: Optional[str]) -> None:
+def _check_batch(batch, inputs: Sequence[str], target: Optional[str], graph) -> None:
     if not isinstance(batch, Data):
         raise TypeError(f"loader: expected mini-batches of torch_geometric.data.Data (a NeighborLoader over a "
                         f"Data), got {type(batch).__name__}; explain a HeteroData graph with lrp.explain.")
@@ -114,6 +114,23 @@ def _check_batch(batch, inputs: Sequence[str], target: Optional[str]) -> None:
         if batch.get(name) is None:
             raise ValueError(f"{'target' if name == target else 'inputs'}: the mini-batch has no attribute "
                              f"{name!r} (it has {sorted(batch.keys())}).")
+    # the ids must name each node and edge once, as itself: else relevance lands on the wrong entry
+    ids, counts = torch.unique(batch.n_id, return_counts=True)
+    if bool((counts > 1).any()):
+        raise ValueError(f"loader: a mini-batch holds node {int(ids[counts > 1][0])} of the loader's graph more "
+                         f"than once (n_id), so its relevance would be split over two entries; a seed listed twice "
+                         f"in input_nodes does this. Give each seed once (input_nodes=input_nodes.unique()).")
+    edges = graph.get("edge_index") if isinstance(graph, Data) else None
+    if isinstance(edges, Tensor) and batch.e_id.numel():
+        ends, named = batch.n_id[batch.edge_index], edges[:, batch.e_id]
+        wrong = (ends != named).any(dim=0).nonzero()
+        if wrong.numel():
+            k = int(wrong[0])
+            raise ValueError(f"loader: mini-batch edge {k} runs {int(ends[0, k])} -> {int(ends[1, k])} in the "
+                             f"loader's graph, but its e_id names edge {int(batch.e_id[k])}, "
+                             f"{int(named[0, k])} -> {int(named[1, k])}, so its relevance would land there. "
+                             f"NeighborLoader(subgraph_type='bidirectional') adds such reversed copies of edges; "
+                             f"explain with subgraph_type='directional' (the default) or 'induced'.")
 
 
 def _to_graph(block: NodeRelevance, batch: Data, graph) -> NodeRelevance:
