@@ -227,7 +227,7 @@ def test_best_first_search_equals_the_top_of_every_walk(seed, k):
         structure = H._structure(steps, info["start"])
         return H._search(steps, structure, info["start"], k), H._enumerate(steps, structure, info["start"])
 
-    (top, top_values), (every, values) = H._run(model, x, ei, seed % 8, None, AlphaBeta(2, 1), {}, both)
+    (top, top_values), (every, values) = H._run(model, x, ei, seed % 8, None, AlphaBeta(2, 1), None, {}, both)
     order = torch.sort(values.abs(), descending=True, stable=True).indices
     k = min(k, values.numel())
     assert top.shape == (k, 4)
@@ -451,7 +451,7 @@ def test_a_packed_step_that_leaves_its_neighbourhoods_is_rerun_one_suffix_per_se
         wrong = [[[i] for i in range(steps.n)] for _ in right]  # self steps only: every step leaks
         return H._enumerate_suffixes(steps, start, right), H._enumerate_suffixes(steps, start, wrong)
 
-    (p1, v1), (p2, v2) = H._run(model, x, ei, 4, None, None, {}, both)
+    (p1, v1), (p2, v2) = H._run(model, x, ei, 4, None, None, None, {}, both)
     one = {tuple(p): float(v) for p, v in zip(p1.tolist(), v1)}
     two = {tuple(p): float(v) for p, v in zip(p2.tolist(), v2)}
     assert one.keys() == two.keys()
@@ -506,7 +506,7 @@ def test_the_two_ways_to_enumerate_agree(make):
         structure = H._structure(steps, start)
         return packed, H._enumerate(steps, structure, start), info["first"]
 
-    (p1, v1), (p2, v2), first = H._run(model, x, ei, 4, None, Gamma(0.25), {}, both)
+    (p1, v1), (p2, v2), first = H._run(model, x, ei, 4, None, Gamma(0.25), None, {}, both)
     one = {tuple(p): float(v) for p, v in zip(p1.tolist(), v1)}
     two = {tuple(p): float(v) for p, v in zip(p2.tolist(), v2)}
     assert one.keys() == two.keys() and len(one) == p1.shape[0]
@@ -575,3 +575,120 @@ def test_an_open_audit_counts_the_walks_pass_once(call):
             lrp.walks(model, x, edge_index, index=2, rules=rules, top_k=3 if call == "top_k" else None)
     assert audit.absorbed == pytest.approx(float(explanation.absorbed), rel=1e-9)
     assert audit.lost == pytest.approx(float(explanation.lost), rel=1e-9, abs=1e-12)
+
+
+class _TwoHops(torch.nn.Module):
+    """A custom layer that propagates twice in one call (two hops), or a GCN
+    whose hidden layer is mixed with the sum over all nodes."""
+
+    def __init__(self, kind):
+        super().__init__()
+        from torch_geometric.nn import GCNConv, MessagePassing
+
+        class TwoHop(MessagePassing):
+            def __init__(self):
+                super().__init__(aggr="add")
+                self.lin = torch.nn.Linear(3, 4)
+
+            def forward(self, x, edge_index):
+                return self.propagate(edge_index, x=self.propagate(edge_index, x=self.lin(x)))
+
+        self.kind = kind
+        self.c1 = TwoHop() if kind == "two_propagates" else GCNConv(3, 4)
+        self.c2 = GCNConv(4, 3)
+
+    def forward(self, x, edge_index):
+        h = self.c1(x, edge_index).relu()
+        if self.kind == "sum_over_nodes":
+            h = h + h.sum(0, keepdim=True)
+        return self.c2(h, edge_index)
+
+
+@pytest.mark.parametrize("kind", ["two_propagates", "sum_over_nodes"])
+def test_relevance_that_moves_outside_the_messages_is_refused(kind):
+    """Every step of a walk must be a message of its layer (or a node to
+    itself). A layer that propagates twice per call, or a sum over the nodes
+    between layers, moves relevance along pairs that are no message: its
+    'walks' would step between nodes no edge joins. Refused, naming the pair
+    (lrp.explain still explains the model)."""
+    torch.manual_seed(0)
+    x = torch.randn(7, 3, dtype=torch.float64)
+    edge_index = torch.tensor([(0, 1), (1, 0), (1, 2), (2, 3), (3, 1), (4, 3), (5, 4), (4, 5), (6, 4), (2, 6)]).T
+    model = _TwoHops(kind).double().eval()
+    with pytest.raises(ValueError, match=r"passed no message .* does not\s+split into walks along edges"):
+        lrp.walks(model, x, edge_index, 2)
+    lrp.explain(model, x, edge_index, index=2)
+
+
+def test_walks_take_the_mode_of_a_one_output_model():
+    """A model with one raw output per row needs ``mode``; walks and
+    subgraph_relevance take it as lrp.explain does (before, the advice to pass
+    it sent ``mode`` to the model's forward)."""
+    from torch_geometric.nn import GCNConv
+    torch.manual_seed(0)
+    x, ei = graph(7, 0.35, seed=13)
+
+    class One(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GCNConv(3, 4), GCNConv(4, 1)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    model = One().double().eval()
+    with pytest.raises(ValueError, match="mode='binary_classification' or mode='regression'"):
+        lrp.walks(model, x, ei, 2)
+    found = lrp.walks(model, x, ei, 2, mode="regression")
+    reference = lrp.explain(model, x, ei, index=2, mode="regression")
+    assert found.score == pytest.approx(reference.score, rel=1e-12)
+    assert found.relevance.sum().item() == pytest.approx(reference.node_mask.sum().item(), rel=1e-9)
+    assert lrp.subgraph_relevance(model, x, ei, torch.arange(x.shape[0]), 2, mode="regression") == \
+        pytest.approx(found.relevance_total, rel=1e-9)
+    with pytest.raises(ValueError, match="mode: must be one of"):
+        lrp.walks(model, x, ei, 2, mode="ranking")
+
+
+def test_a_list_of_zero_dim_tensors_is_one_node_set():
+    """``list(tensor([1, 2]))`` holds node ids, as ``[1, 2]`` does (before:
+    read as two sets of one node each)."""
+    x, ei = graph(7, 0.35, seed=13)
+    model = model_of("GCN", seed=13, channels=(3, 4, 4, 3))
+    expected = lrp.subgraph_relevance(model, x, ei, [1, 2], 2)
+    assert lrp.subgraph_relevance(model, x, ei, list(torch.tensor([1, 2])), 2) == pytest.approx(expected, rel=1e-12)
+
+
+def test_walks_of_exactly_zero_relevance_are_not_listed():
+    """A model with dead hidden units (all-zero weights) computes the same
+    function as the one without them, and lists the same walks: both ways of
+    enumerating keep only walks that carry relevance."""
+    from torch_geometric.nn import GCNConv
+
+    class Net(torch.nn.Module):
+        def __init__(self, hidden):
+            super().__init__()
+            self.convs = torch.nn.ModuleList([GCNConv(2, hidden), GCNConv(hidden, 2)])
+
+        def forward(self, x, edge_index):
+            return self.convs[1](self.convs[0](x, edge_index).relu(), edge_index)
+
+    x = torch.ones(6, 2, dtype=torch.float64)
+    x[0], x[5] = torch.tensor([0.5, -1.0]), torch.tensor([2.0, 1.0])
+    ei = torch.tensor([[1, 2, 3, 4, 0, 0, 0, 0, 5, 0], [0, 0, 0, 0, 1, 2, 3, 4, 0, 5]])
+    torch.manual_seed(1)
+    small = Net(2).double().eval()
+    for p in small.parameters():
+        if p.dim() == 1:
+            torch.nn.init.uniform_(p, -0.5, 0.5)
+    big = Net(40).double().eval()
+    with torch.no_grad():
+        for p in big.parameters():
+            p.zero_()
+        big.convs[0].lin.weight[:2] = small.convs[0].lin.weight
+        big.convs[0].bias[:2] = small.convs[0].bias
+        big.convs[1].lin.weight[:, :2] = small.convs[1].lin.weight
+        big.convs[1].bias[:] = small.convs[1].bias
+    a, b = lrp.walks(small, x, ei, 0), lrp.walks(big, x, ei, 0)
+    assert bool((a.relevance != 0).all()) and bool((b.relevance != 0).all())
+    assert a.num_walks == a.walks.shape[0] == b.num_walks == b.walks.shape[0]
+    assert {tuple(w) for w in a.walks.tolist()} == {tuple(w) for w in b.walks.tolist()}

@@ -57,7 +57,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 from torch_geometric.explain import Explanation
-from torch_geometric.explain.config import ModelTaskLevel
+from torch_geometric.explain.config import ModelMode, ModelTaskLevel
 from torch_geometric.nn import MessagePassing
 
 from . import audit, maps
@@ -94,7 +94,9 @@ class Walks:
     relevance_total : float
         First-order relevance of ``x``: what all walks sum to.
     num_walks : int
-        How many walks carry relevance (``K`` when all were returned).
+        How many walks carry relevance (``K`` when all were returned; with
+        ``top_k`` found by the best-first search, the walks through non-zero
+        blocks, a bound of it).
     index, target
         The explained output row and its target.
     """
@@ -282,6 +284,15 @@ def _message_passing_calls(model: torch.nn.Module) -> list[MessagePassing]:
     return layers
 
 
+def _mode(mode) -> Optional[ModelMode]:
+    if mode is None:
+        return None
+    try:
+        return ModelMode(mode)
+    except ValueError:
+        raise ValueError(f"mode: must be one of {[v.value for v in ModelMode]}, got {mode!r}.") from None
+
+
 def _check_index(index, name: str = "index") -> int:
     if isinstance(index, Tensor):
         if index.numel() != 1:
@@ -293,7 +304,7 @@ def _check_index(index, name: str = "index") -> int:
     return index
 
 
-def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, rules, kwargs: dict, body):
+def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, rules, mode, kwargs: dict, body):
     """Check the arguments, run one relevance pass with the levels recorded
     and return ``body(steps, info)``.
 
@@ -310,7 +321,7 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     check_graph_inputs(x, edge_index, kwargs)
     check_rules(rules)
     index = _check_index(index)
-    settings = Settings(rules=rules, track_edges=False, strict=True)
+    settings = Settings(rules=rules, track_edges=False, strict=True, mode=_mode(mode))
     check_target(target, None)
     check_layer_state(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     layers = _message_passing_calls(unwrap(model))
@@ -643,6 +654,7 @@ def walks(
     *,
     target: Optional[Tensor] = None,
     rules: Union[None, Rule, dict] = None,
+    mode: Optional[str] = None,
     top_k: Optional[int] = None,
     max_walks: int = MAX_WALKS,
     **kwargs,
@@ -658,6 +670,10 @@ def walks(
         The class (or 0/1 labels) to explain; default: the prediction.
     rules : Rule or dict, optional
         As for :class:`~torch_geometric_lrp.LRP` (default: the default composite).
+    mode : str, optional
+        ``'binary_classification'``, ``'multiclass_classification'`` or
+        ``'regression'``, as for :func:`~torch_geometric_lrp.explain`;
+        needed only where the model gives one raw output per row.
     top_k : int, optional
         ``None``: every walk that carries relevance, exactly (refused, with the
         count, past ``max_walks``). ``k``: the ``k`` walks of largest
@@ -717,6 +733,12 @@ def walks(
         if top_k is None or values.numel() > len(paths[:top_k]) or by_suffix <= by_blocks:
             order = torch.sort(values.abs(), descending=True, stable=True).indices[:top_k]
             paths, values = paths[order], values[order]
+        # walks through non-zero blocks may still carry exactly 0 (a dead unit in every path): not listed
+        carries = values != 0
+        if top_k is None:
+            total = int(carries.sum())
+        paths, values = paths[carries], values[carries]
+        _check_steps(paths, values, messages, steps.n, info["nodes"])
         node_relevance = first.sum(dim=-1).detach()
         if info["nodes"] is not None:  # from the cut back to the input graph
             paths = info["nodes"][paths]
@@ -726,7 +748,29 @@ def walks(
                      index=info["index"], target=info["target"], num_nodes=x.shape[0], edge_index=edge_index,
                      flow=message_flow(model), node_relevance=node_relevance)
 
-    return _run(model, x, edge_index, index, target, rules, kwargs, body)
+    return _run(model, x, edge_index, index, target, rules, mode, kwargs, body)
+
+
+def _check_steps(paths: Tensor, values: Tensor, messages: list[Tensor], n: int, nodes: Optional[Tensor]) -> None:
+    """Every step of a walk that carries relevance is a message of its
+    level's call (or a node to itself: a root term or self-loop). Else the
+    model moves relevance between nodes outside its message passing (a layer
+    that propagates twice per call, a sum over the nodes fed back), and its
+    relevance does not split into walks along edges: refused."""
+    live = values != 0
+    for m, pairs in enumerate(messages):
+        source, into = paths[live, m], paths[live, m + 1]
+        ok = (source == into) | torch.isin(source * n + into, pairs[0] * n + pairs[1])
+        if not bool(ok.all()):
+            k = int((~ok).nonzero()[0])
+            a, b = int(source[k]), int(into[k])
+            if nodes is not None:
+                a, b = int(nodes[a]), int(nodes[b])
+            raise ValueError(f"model: relevance passes from node {b} to node {a} at message-passing call {m + 1}, "
+                             f"which passed no message {a} -> {b}: the model moves information between nodes "
+                             f"outside its messages (a layer that propagates more than once per call, a sum or "
+                             f"pooling over the nodes fed back to them, a virtual node), so its relevance does not "
+                             f"split into walks along edges. lrp.explain gives its node and edge relevance.")
 
 
 def _node_sets(nodes, n: int, device) -> tuple[Tensor, bool]:
@@ -758,8 +802,8 @@ def _node_sets(nodes, n: int, device) -> tuple[Tensor, bool]:
         if nodes.shape[1] != n:
             raise ValueError(f"nodes: a batch of masks needs shape [B, {n}], got {tuple(nodes.shape)}.")
         return nodes.to(device), False
-    if isinstance(nodes, (list, tuple)) and nodes and all(
-            isinstance(v, (list, tuple, Tensor)) for v in nodes):
+    if isinstance(nodes, (list, tuple)) and nodes and all(  # a list of sets (a 0-dim tensor is one node id)
+            isinstance(v, (list, tuple)) or (isinstance(v, Tensor) and v.dim() > 0) for v in nodes):
         return torch.stack([one(v, k) for k, v in enumerate(nodes)]), False
     return one(nodes)[None], True
 
@@ -773,6 +817,7 @@ def subgraph_relevance(
     *,
     target: Optional[Tensor] = None,
     rules: Union[None, Rule, dict] = None,
+    mode: Optional[str] = None,
     alpha: float = 0.0,
     **kwargs,
 ) -> Union[float, Tensor]:
@@ -797,7 +842,7 @@ def subgraph_relevance(
     ----------
     nodes : LongTensor, BoolTensor ``[N]``, a list of those, or BoolTensor ``[B, N]``
         One node set, or a batch of them (explained together, in one pass).
-    index, target, rules, **kwargs
+    index, target, rules, mode, **kwargs
         As for :func:`walks`.
     alpha : float
         Weight of a walk position outside the set, ``0 <= alpha <= 1``
@@ -834,4 +879,4 @@ def subgraph_relevance(
             values = values[:inside.shape[0]] - values[inside.shape[0]:]
         return values.item() if single else values
 
-    return _run(model, x, edge_index, index, target, rules, kwargs, body)
+    return _run(model, x, edge_index, index, target, rules, mode, kwargs, body)
