@@ -692,3 +692,54 @@ def test_a_model_whose_forward_takes_a_data_object_is_refused_by_name():
     x, edge_index = sparse_graph()
     with pytest.raises(TypeError, match=r"model: TakesData.forward takes 1 positional argument\(s\) \(data\)"):
         lrp.explain(TakesData(), Data(x=x, edge_index=edge_index), index=1)
+
+
+@pytest.mark.parametrize("rules", [lrp.rules.ZPlus(), lrp.rules.Gamma(0.25), None])
+def test_a_stream_that_overflows_half_precision_is_said(rules):
+    """In float16 a rule's stream can overflow (z+ = 80000 > 65504) while the
+    forward is finite (z = 400): the relevance through it is then booked as
+    absorbed and the masks are 0. Said, with what to do; float32 is silent
+    and explains it."""
+    from torch_geometric.nn import GraphConv
+
+    class One(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = GraphConv(2, 1, bias=False)
+
+        def forward(self, x, edge_index):
+            return self.c(x, edge_index)
+
+    edge_index = torch.tensor([[0], [1]])
+    x = torch.full((2, 2), 200.0)
+    model = One().eval()
+    with torch.no_grad():
+        model.c.lin_rel.weight[:] = torch.tensor([[200.0, -199.0]])
+        model.c.lin_root.weight[:] = torch.tensor([[200.0, -199.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        full = lrp.explain(model, x, edge_index, index=1, rules=rules, mode="regression")
+    assert full.node_mask.abs().sum() > 0
+    with pytest.warns(RuntimeWarning, match="half precision, the relevance of a linear map overflowed"):
+        lrp.explain(model.half(), x.half(), edge_index, index=1, rules=rules, mode="regression")
+
+
+def test_relevance_over_a_tiny_output_that_overflows_half_precision_is_said():
+    """R / z overflows float16 (R = 10, z = 1e-4) although the forward is
+    finite: the masks are infinite, and the warning says why."""
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(2, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+
+        def forward(self, x, edge_index):
+            return self.b(torch.sigmoid(self.a(x)))
+
+    model = Gated().half().eval()
+    with torch.no_grad():
+        model.a.weight[:] = 1.0
+        model.b.weight[:] = 20.0
+    x = torch.tensor([[2e-4, -1e-4]]).half()
+    with pytest.warns(RuntimeWarning, match=r"overflowed \(the relevance divided by a small output"):
+        lrp.explain(model, x, torch.empty(2, 0, dtype=torch.long), index=0, rules=lrp.rules.Epsilon(0.0),
+                    mode="regression", subgraph=False)

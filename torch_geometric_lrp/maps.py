@@ -23,6 +23,7 @@ only if the streams really are linear.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Sequence
 
 import torch
@@ -117,9 +118,22 @@ def constant(value: Tensor, label: str) -> Tensor:
     return _Constant.apply(anchor(value.device), value, label)
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _overflowed(where: str) -> None:
+    warnings.warn(f"LRP: in half precision, the relevance of a linear map overflowed ({where}, beyond the dtype's "
+                  f"range) although the forward is finite: relevance through it is booked as absorbed or is "
+                  f"infinite, so the masks are not reliable. Explain a float32 copy instead "
+                  f"(copy.deepcopy(model).float() with x.float()).", RuntimeWarning, stacklevel=2)
+
+
 class _Close(Function):
     @staticmethod
     def forward(ctx, value, rule, *outputs):
+        if value.dtype in _HALF and bool(torch.isfinite(value).all()) and \
+                not all(bool(torch.isfinite(o).all()) for o in outputs):
+            _overflowed(f"a stream of {type(rule).__name__}, whose modified weights or inputs raise the output")
         ctx.rule = rule
         # two streams that are one tensor (Gamma where every path counts up): booked once
         ctx.shared = len(outputs) == 2 and outputs[0] is outputs[1]
@@ -132,6 +146,9 @@ class _Close(Function):
     def backward(ctx, relevance):
         outputs = ctx.saved_tensors if ctx.copies is None else ctx.copies
         grads, dropped = ctx.rule.gradients(relevance, outputs)
+        if relevance.dtype in _HALF and bool(torch.isfinite(relevance).all()) and \
+                not all(g is None or bool(torch.isfinite(g).all()) for g in grads):
+            _overflowed("the relevance divided by a small output, R / z")
         if audit.is_active():
             lost = audit.lost_of(relevance, dropped)
             passed = _booked(outputs[0], grads[0] + grads[1]) if ctx.shared else \
