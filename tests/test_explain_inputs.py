@@ -583,6 +583,9 @@ BAD_INPUTS = {  # name: (call on (model, x, edge_index), the error's type and me
     "x empty": (lambda m, x, e: lrp.explain(m, x[:0], e, index=1), ValueError, "x: expected node features"),
     "index a string": (lambda m, x, e: lrp.explain(m, x, e, index="3"), TypeError, "index: expected row positions"),
     "index empty list": (lambda m, x, e: lrp.explain(m, x, e, index=[]), ValueError, "index: selects no rows"),
+    "index a slice": (lambda m, x, e: lrp.explain(m, x, e, index=slice(2, 6)), TypeError,
+                      r"index: .*got slice\(2, 6, None\); for a range of rows pass torch.arange"),
+    "index a set": (lambda m, x, e: lrp.explain(m, x, e, index={2, 3}), TypeError, "sets have no order"),
     "edge_weight one short": (lambda m, x, e: lrp.explain(m, x, e, index=1, edge_weight=torch.ones(e.shape[1] - 1)),
                               ValueError, r"edge_weight: expected one row per edge of edge_index"),
     "batch float": (lambda m, x, e: lrp.explain(m, x, e, index=1, batch=torch.zeros(x.shape[0])),
@@ -743,3 +746,22 @@ def test_relevance_over_a_tiny_output_that_overflows_half_precision_is_said():
     with pytest.warns(RuntimeWarning, match=r"overflowed \(the relevance divided by a small output"):
         lrp.explain(model, x, torch.empty(2, 0, dtype=torch.long), index=0, rules=lrp.rules.Epsilon(0.0),
                     mode="regression", subgraph=False)
+
+
+def test_a_regression_target_stays_on_the_explanation():
+    """A regression target (the observed value) does not change the
+    relevance, which explains the prediction, and stays on the explanation
+    as documented (and as PyG's Explainer keeps it); before, ``target`` was
+    replaced by the prediction."""
+    from torch_geometric.nn.models import GCN as StockGCN
+    torch.manual_seed(0)
+    model = StockGCN(F_IN, HID, num_layers=2, out_channels=1).eval()
+    x, edge_index, _ = inputs("node")
+    observed = torch.randn(x.shape[0])
+    given = lrp.explain(model, x, edge_index, index=3, target=observed, mode="regression")
+    plain = lrp.explain(model, x, edge_index, index=3, mode="regression")
+    [batched] = lrp.explain_nodes(model, x, edge_index, torch.tensor([3]), target=observed, mode="regression")
+    assert float(given.target) == pytest.approx(float(observed[3])) == pytest.approx(float(batched.target))
+    assert float(plain.target) == pytest.approx(float(model(x, edge_index)[3]), rel=1e-6)
+    torch.testing.assert_close(given.node_mask, plain.node_mask)
+    assert given.score == plain.score

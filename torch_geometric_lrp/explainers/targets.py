@@ -206,6 +206,10 @@ def _rows_of(index, num_rows: Optional[int], name: str) -> Tensor:
                         f"of the node type it outputs: pass their positions (an int, list or tensor).")
     if isinstance(index, str) or (isinstance(index, (list, tuple)) and any(isinstance(i, str) for i in index)):
         raise TypeError(f"{name}: expected row positions or a boolean mask over the rows, got {index!r}.")
+    if isinstance(index, (slice, set, frozenset)) or index is Ellipsis:
+        raise TypeError(f"{name}: expected row positions (an int, a list, a tensor) or a boolean mask over the "
+                        f"rows, got {index!r}; for a range of rows pass torch.arange(start, stop) (sets have no "
+                        f"order: pass a sorted list).")
     index = torch.as_tensor(index, dtype=torch.long) if isinstance(index, (list, tuple)) and not index \
         else torch.as_tensor(index)
     if index.dtype == torch.bool:
@@ -388,9 +392,10 @@ def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: Optional[int]
     flat = logits.reshape(logits.shape[0], -1)
     seed = torch.zeros_like(flat)
     z = flat[place]
-    if mode == ModelMode.regression:  # a target (the observed value) is not seeded
+    if mode == ModelMode.regression:  # a target (the observed value) is not seeded, but kept
         seed[place] = z
-        return seed.view_as(logits), z.view(rows.numel(), *logits.shape[1:])
+        kept = z if target is None else _per_row(target, rows, num_rows, flat.shape[1]).to(z.dtype)
+        return seed.view_as(logits), kept.reshape(rows.numel(), *logits.shape[1:])
     width = flat.shape[1]
     if mode == ModelMode.multiclass_classification:
         if target is None:
