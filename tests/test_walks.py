@@ -692,3 +692,22 @@ def test_walks_of_exactly_zero_relevance_are_not_listed():
     assert bool((a.relevance != 0).all()) and bool((b.relevance != 0).all())
     assert a.num_walks == a.walks.shape[0] == b.num_walks == b.walks.shape[0]
     assert {tuple(w) for w in a.walks.tolist()} == {tuple(w) for w in b.walks.tolist()}
+
+
+def test_dirgnnconv_is_refused_by_name():
+    """DirGNNConv's two convs run side by side (in- and out-edges); before,
+    they were taken for two levels of a chain and refused as a skip."""
+    from torch_geometric.nn import DirGNNConv
+
+    class Directed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = DirGNNConv(GraphConv(3, 4), root_weight=False)
+            self.c2 = DirGNNConv(GraphConv(4, 3), root_weight=False)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    x, ei = graph(7, 0.35, seed=13)
+    with pytest.raises(ValueError, match="DirGNNConv runs two message-passing layers side by side"):
+        lrp.walks(Directed().double().eval(), x, ei, 2)

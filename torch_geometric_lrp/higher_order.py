@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 from torch_geometric.explain import Explanation
 from torch_geometric.explain.config import ModelMode, ModelTaskLevel
-from torch_geometric.nn import MessagePassing
+from torch_geometric.nn import DirGNNConv, MessagePassing
 
 from . import audit, maps
 from .explainers.core import Pass, Settings, check_layer_state, fall_back, resolve_task, same_output
@@ -274,6 +274,11 @@ def _message_passing_calls(model: torch.nn.Module) -> list[MessagePassing]:
         if isinstance(module, MessagePassing):
             inner.update(id(m) for m in module.modules() if m is not module)
     layers = [m for m in model.modules() if isinstance(m, MessagePassing) and id(m) not in inner]
+    if any(isinstance(m, DirGNNConv) for m in model.modules()):
+        raise ValueError("model: DirGNNConv runs two message-passing layers side by side, over the in-edges "
+                         "and over the out-edges reversed, and mixes their outputs: a walk takes one step per "
+                         "message-passing call, along one direction. lrp.explain gives its node and edge "
+                         "relevance.")
     for layer in layers:
         hops = count_hops(layer)
         if hops != 1:
