@@ -18,7 +18,8 @@ from . import distributed as shard
 from . import core
 from ..mode import unwrap
 from .core import (InFull, Relevance, Settings, _materialize, _spread, check_layer_state, explain_rows,
-                   explanation_of, fall_back, full_output, input_total, on_cut, on_graph, proves_lean_cuts, warn_if_not_conserved)
+                   explanation_of, fall_back, full_output, input_total, on_cut, on_graph, proves_lean_cuts,
+                   warn_if_not_conserved)
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out_each, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_flags, check_graph_inputs, check_rows,

@@ -278,7 +278,7 @@ class EdgeRelevance:
             return self._last[1]
         if not self.hetero:
             mode = current_mode()
-            columns = mode.columns_of(edges) if mode is not None else None
+            columns = mode.columns_of(edges) if mode is not None and edges is not self._inputs[None] else None
             if columns is not None:
                 # a selection of the input's columns (one relation's edges): message k is input edge
                 # columns[k], even where another selection holds the same pair
