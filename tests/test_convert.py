@@ -313,6 +313,29 @@ def test_the_most_specific_type_and_glob_win_whatever_their_order():
     assert resolved["conv2"] == R.Gamma(2.0) and resolved["conv2.lin"] == R.Epsilon(0.5)
 
 
+def test_a_glob_keys_the_outermost_modules_it_matches():
+    """``"convs.*"`` keys each layer; a layer named by its own key keeps that
+    rule on all of it (before, ``convs.0.lin`` matched the glob again and
+    ran under ``Gamma`` while the rest of ``convs.0`` ran under
+    ``Epsilon(10)``: one map split between two rules). The explanation equals
+    the one with every layer named."""
+    from torch_geometric.nn import GCN
+    torch.manual_seed(0)
+    model = GCN(4, 8, 3, 2).double().eval()
+    resolved = resolve_rules(model, {"convs.*": R.Gamma(0.5), "convs.0": R.Epsilon(10.0)})
+    assert resolved["convs.0"] == resolved["convs.0.lin"] == R.Epsilon(10.0)
+    assert resolved["convs.1"] == resolved["convs.1.lin"] == R.Gamma(0.5)
+    x, edge_index = torch.randn(10, 4, dtype=torch.float64), torch.randint(0, 10, (2, 30))
+    globbed = lrp.explain(model, x, edge_index, index=3, rules={"convs.*": R.Gamma(0.5), "convs.0": R.Epsilon(10.0)})
+    named = lrp.explain(model, x, edge_index, index=3, rules={"convs.0": R.Epsilon(10.0), "convs.1": R.Gamma(0.5),
+                                                              "convs.2": R.Gamma(0.5)})
+    torch.testing.assert_close(globbed.node_mask, named.node_mask, rtol=1e-12, atol=1e-15)
+    # a catch-all glob keys the root: a type key still reaches the layers inside it
+    resolved = resolve_rules(model, {"*": R.Epsilon(0.5), GCNConv: R.Gamma(2.0)})
+    assert resolved[""] == resolved["convs"] == R.Epsilon(0.5)
+    assert resolved["convs.1"] == resolved["convs.1.lin"] == R.Gamma(2.0)
+
+
 def test_the_last_layer_is_hidden_where_a_head_follows_it():
     """The last message-passing layer gets Gamma(1) where a module with
     weights is registered after it (it is then a hidden layer) and Epsilon

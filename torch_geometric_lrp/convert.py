@@ -227,12 +227,16 @@ def type_rule(module: torch.nn.Module, by_type, parent: Optional[torch.nn.Module
     return best[2]
 
 
-def _glob_rule(name: str, by_name: dict) -> Optional[Rule]:
+def _glob_rule(name: str, by_name: dict, parent: Optional[str] = None) -> Optional[Rule]:
     """The rule of the most specific glob key matching ``name``: the one with
     the most literal characters (``"convs.1*"`` before ``"convs*"``; ties go
-    by order)."""
+    by order). A pattern that matches the ``parent`` too is the parent's:
+    a glob keys the outermost modules it matches, whose insides take their
+    rule (``"convs.*"`` keys each layer, not ``convs.0.lin`` again, which
+    would split ``convs.0`` where a key names it)."""
     found = [(len(pattern) - sum(pattern.count(c) for c in "*?["), -i, rule)
-             for i, (pattern, rule) in enumerate(by_name.items()) if fnmatch.fnmatchcase(name, pattern)]
+             for i, (pattern, rule) in enumerate(by_name.items()) if fnmatch.fnmatchcase(name, pattern)
+             and not (parent is not None and fnmatch.fnmatchcase(parent, pattern))]
     return max(found, key=lambda f: f[:2])[2] if found else None
 
 
@@ -347,7 +351,7 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
         parent = name.rpartition(".")[0] if name else None
         rule = by_name.get(name)
         if rule is None:
-            rule = _glob_rule(name, by_name)
+            rule = _glob_rule(name, by_name, parent)
         if rule is None:
             rule = type_rule(module, by_type, modules[parent] if parent in inherited else None)
         if rule is None and parent in inherited:
