@@ -186,3 +186,34 @@ def test_stabilizer_sign_of_zero_is_positive():
 def test_linear_rejects_mismatched_width():
     with pytest.raises(ValueError, match="3 features"):
         L.linear(torch.randn(2, 3), torch.randn(4, 5))
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_zbox_rules_with_tensor_bounds_compare_as_rules(same):
+    """The pass compares rules to tell where a map continues; ZBox with
+    tensor bounds compared them entry by entry and crashed ("Boolean value
+    of Tensor ... is ambiguous"). Tensor bounds explain as the same float
+    bounds do, and equal bounds are one rule."""
+    import torch_geometric_lrp as lrp
+    torch.manual_seed(0)
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+
+        def forward(self, x, edge_index):
+            return self.l2(self.l1(x))
+
+    model = Two().double()
+    x, edge_index = torch.randn(5, 4, dtype=torch.float64), torch.tensor([[0, 1], [1, 2]])
+    second = 3.0 if same else 9.0
+    ZBox = rules.ZBox
+    as_tensors = {"l1": ZBox(torch.full((4,), -3.0), torch.full((4,), 3.0)),
+                  "l2": ZBox(torch.full((4,), -second), torch.full((4,), second))}
+    as_floats = {"l1": ZBox(-3.0, 3.0), "l2": ZBox(-second, second)}
+    a = lrp.explain(model, x, edge_index, index=0, target=torch.tensor([1]), rules=as_tensors)
+    b = lrp.explain(model, x, edge_index, index=0, target=torch.tensor([1]), rules=as_floats)
+    torch.testing.assert_close(a.node_mask, b.node_mask, rtol=1e-12, atol=1e-15)
+    assert (as_tensors["l1"] == as_tensors["l2"]) == same
+    assert hash(ZBox(torch.zeros(3), torch.ones(3))) == hash(ZBox(torch.zeros(3), torch.ones(3)))

@@ -309,7 +309,8 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     ``rules`` is a single :class:`~torch_geometric_lrp.rules.Rule` (every
     module) or a composite dict. For each module, in this order: an entry of
     ``rules`` whose key is its qualified name, or else a glob pattern of it
-    (e.g. ``"convs.0*"``; the one with the most literal characters); an
+    that its parent's name does not match too (e.g. ``"convs.0*"``; the one
+    with the most literal characters); an
     entry whose key is a type it is an instance of (the most specific one,
     ``type_rule``), unless its parent is an instance of that type too;
     the rule of its parent; the

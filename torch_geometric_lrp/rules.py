@@ -464,6 +464,12 @@ class WSquare(Rule):
         return [s], dropped
 
 
+def _bound_key(value) -> tuple:
+    """A ZBox bound as a hashable value: its shape and entries."""
+    t = torch.as_tensor(value).detach().cpu().double()
+    return tuple(t.shape), tuple(t.flatten().tolist())
+
+
 @dataclass(frozen=True)
 class ZBox(Rule):
     r""":math:`z^{\mathcal{B}}` rule for inputs bounded by ``low <= x <= high``
@@ -494,6 +500,15 @@ class ZBox(Rule):
         if not (bool(torch.isfinite(low).all()) and bool(torch.isfinite(high).all())) or not ordered:
             raise ValueError(f"ZBox: the bounds must be finite with low <= high everywhere, got low={self.low!r}, "
                              f"high={self.high!r}.")
+
+    def __eq__(self, other) -> bool:
+        # the generated __eq__ compares tensor bounds with ==, which is no bool: two ZBox are one rule
+        # (one map continues across them) where their bounds hold the same values
+        return type(other) is type(self) and self.epsilon == other.epsilon and \
+            _bound_key(self.low) == _bound_key(other.low) and _bound_key(self.high) == _bound_key(other.high)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.epsilon, _bound_key(self.low), _bound_key(self.high)))
 
     def _low(self, x: Tensor) -> Tensor:
         return self._bound(self.low, "low", x)
