@@ -794,3 +794,31 @@ def test_a_composite_keyed_by_an_lrp_layer_applies_to_the_pyg_layer_of_its_name(
         torch.testing.assert_close(ours.node_mask, other.node_mask, rtol=0, atol=0)
         torch.testing.assert_close(ours.edge_mask, other.edge_mask, rtol=0, atol=0)
     assert not torch.allclose(ours.node_mask, default.node_mask)
+
+
+def test_default_rule_fills_what_a_composite_does_not_key_and_beats_a_stored_one():
+    """``relevance_pass(default_rule=r)``: alone, ``r`` everywhere, also on a
+    converted model (before: its stored composite); next to a composite, the
+    modules it does not key take ``r`` (before: the default composite),
+    as if every other layer were named with ``r``."""
+    from torch_geometric.nn import GCN
+    torch.manual_seed(0)
+    model = GCN(4, 8, 3, 2).double().eval()
+    x, edge_index = torch.randn(10, 4, dtype=torch.float64), torch.randint(0, 10, (2, 30))
+
+    def relevance(m, **options):
+        with lrp.relevance_pass(m, **options) as mode:
+            watched = mode.watch(x)
+            out = m(watched, edge_index)
+            seed = torch.zeros_like(out)
+            seed[3, 1] = out[3, 1].detach()
+            (found,) = mode.backward(out, seed, [watched])
+        return found
+
+    filled = relevance(model, rules={"convs.0": R.Epsilon(10.0)}, default_rule=R.Gamma(0.5))
+    spelled = relevance(model, rules={"convs.0": R.Epsilon(10.0), "convs.1": R.Gamma(0.5), "convs.2": R.Gamma(0.5),
+                                      "": R.Gamma(0.5)})
+    torch.testing.assert_close(filled, spelled, rtol=1e-12, atol=1e-15)
+    everywhere = relevance(model, rules=R.Gamma(0.5))
+    torch.testing.assert_close(relevance(lrp.convert(model), default_rule=R.Gamma(0.5)), everywhere,
+                               rtol=1e-12, atol=1e-15)

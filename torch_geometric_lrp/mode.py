@@ -2550,7 +2550,9 @@ def relevance_pass(
     or a composite ``{module type or qualified name (glob): Rule}`` merged over
     the default (see :func:`torch_geometric_lrp.convert.resolve_rules`); a
     model made by :func:`~torch_geometric_lrp.convert` brings its own. With
-    only ``default_rule`` given, that rule applies everywhere.
+    only ``default_rule`` given, that rule applies everywhere (also on a
+    converted model); next to a composite, it takes the modules the
+    composite does not key, in place of the default composite.
 
     Examples
     --------
@@ -2571,10 +2573,13 @@ def relevance_pass(
     if model is not None:
         model = unwrap(model)
         named = list(model.named_modules())
-        if rules is None and hasattr(model, "_lrp_rules"):
-            by_name = model._lrp_rules
-        elif rules is None and default_rule is not None:
+        if rules is None and default_rule is not None:
             by_name = {}  # one rule everywhere
+        elif rules is None and hasattr(model, "_lrp_rules"):
+            by_name = model._lrp_rules
+        elif isinstance(rules, dict) and default_rule is not None:
+            # the modules the composite does not key take default_rule, not the default composite
+            by_name = resolve_rules(model, {torch.nn.Module: default_rule, **rules}, named)
         else:
             by_name = resolve_rules(model, rules, named)
         hooked = {module: by_name[name] for name, module in named if name in by_name}
