@@ -459,7 +459,8 @@ def test_rules_whose_types_match_no_module_are_refused():
     model's. A composite with some types the model lacks is fine (one
     composite may serve several models)."""
     model, (x, edge_index) = node_model(GCN3, True)
-    message = r"rules: no module of GCN3 is an instance of SAGEConv, GATConv, so these rules change nothing.*GCNConv"
+    message = (r"rules: no module of GCN3 is an instance of torch_geometric.nn.conv.sage_conv.SAGEConv, "
+               r"torch_geometric.nn.conv.gat_conv.GATConv, so these rules change nothing.*gcn_conv.GCNConv")
     unused = {SAGEConv: R.Gamma(0.25), GATConv: R.ZPlus()}
     with pytest.raises(ValueError, match=message):
         lrp.explain(model, x, edge_index, index=1, rules=unused)
@@ -822,3 +823,11 @@ def test_default_rule_fills_what_a_composite_does_not_key_and_beats_a_stored_one
     everywhere = relevance(model, rules=R.Gamma(0.5))
     torch.testing.assert_close(relevance(lrp.convert(model), default_rule=R.Gamma(0.5)), everywhere,
                                rtol=1e-12, atol=1e-15)
+
+
+def test_an_unused_type_is_named_with_its_module():
+    """``torch.nn.Linear`` on a PyG ``GCN`` (whose linears are PyG's own
+    ``Linear``): the message tells the two classes of one name apart."""
+    from torch_geometric.nn import GCN
+    with pytest.raises(ValueError, match=r"instance of torch\.nn\.Linear, .*torch_geometric\.nn\.dense\.linear\.Linear"):
+        lrp.convert(GCN(4, 8, 2), {torch.nn.Linear: R.Epsilon()})

@@ -197,10 +197,17 @@ def unused_types(rules, modules) -> tuple:
     return tuple(keys)
 
 
+def _qualified(cls: type) -> str:
+    """``torch.nn.Linear``, ``torch_geometric.nn.dense.linear.Linear``: two
+    classes of one name told apart."""
+    module = cls.__module__
+    return f"torch.nn.{cls.__name__}" if module.startswith("torch.nn.modules") else f"{module}.{cls.__qualname__}"
+
+
 def unused_types_error(model: torch.nn.Module, types: tuple) -> ValueError:
-    present = sorted({type(m).__name__ for n, m in model.named_modules() if n})
+    present = sorted({_qualified(type(m)) for n, m in model.named_modules() if n})
     return ValueError(
-        f"rules: no module of {type(model).__name__} is an instance of {', '.join(t.__name__ for t in types)}, so "
+        f"rules: no module of {type(model).__name__} is an instance of {', '.join(map(_qualified, types))}, so "
         f"these rules change nothing (this model has {', '.join(present[:8])}{', ...' if len(present) > 8 else ''}"
         f"; key a rule by one of these types or by a qualified name, or give a single rule for every module).")
 

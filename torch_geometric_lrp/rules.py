@@ -538,9 +538,12 @@ class ZBox(Rule):
 class Pass(Rule):
     """Pass rule: relevance goes through unchanged.
 
-    The rule of element-wise activations. On a linear map it only applies
+    The op-level rule of element-wise activations
+    (:mod:`torch_geometric_lrp.functional`). On a linear map it only applies
     when input and output have the same shape (the relevance of each output
-    goes to the input at the same position).
+    goes to the input at the same position). As a module's rule it does not
+    give an op without a relevance rule (an activation the pass does not
+    know, such as ``hardshrink``) a way through: that op is still refused.
     """
 
     def streams(self):
