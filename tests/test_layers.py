@@ -327,7 +327,7 @@ def _build_pair(case: Case, bias: bool):
                 p.copy_(0.6 * torch.randn(p.shape, generator=gen, dtype=DTYPE))
     torch.manual_seed(123)  # different initial parameters: loading must matter
     layer = case.build(getattr(lrp.nn, case.layer), bias).to(DTYPE)
-    assert type(layer).__mro__[1] is getattr(pyg_nn, case.layer)
+    assert type(layer).__bases__[-1] is getattr(pyg_nn, case.layer)  # the PyG layer it subclasses
     assert list(layer.state_dict()) == list(ref.state_dict())
     layer.load_state_dict(ref.state_dict(), strict=True)
     ref.eval()
@@ -625,3 +625,32 @@ def test_gat_attention_is_constant_by_hand():
     expected = torch.tensor([[1 / (1 + 2 * e)], [2 * e / (1 + 2 * e) + 0.5]], dtype=DTYPE)
     torch.testing.assert_close(x.grad, expected, rtol=0, atol=1e-12)
     assert audit.lost == 0 and abs(audit.absorbed) < 1e-12
+
+
+@pytest.mark.parametrize("name, args", [("GCNConv", (4, 3)), ("GraphConv", (4, 3)), ("SAGEConv", (4, 3)),
+                                        ("GATConv", (4, 3)), ("TransformerConv", (4, 3)), ("GeneralConv", (4, 3)),
+                                        ("ChebConv", (4, 3, 2)), ("APPNP", (2, 0.1))])
+def test_pyg_edge_masks_reach_the_lrp_layers_whatever_was_built_first(name, args):
+    """PyG's explain edge masks (``set_masks``: GNNExplainer, Captum) scale
+    the messages of an lrp layer as of its PyG layer. Before, an lrp layer
+    built after its PyG parent kept the parent's compiled ``propagate`` for
+    explain mode, which has no mask branch: masks were ignored."""
+    import torch_geometric.nn as pyg_nn
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    from torch_geometric_lrp import nn as lrp_nn
+
+    torch.manual_seed(0)
+    pyg = getattr(pyg_nn, name)(*args).double().eval()  # the PyG class built first
+    ours = getattr(lrp_nn, name)(*args).double().eval()
+    ours.load_state_dict(pyg.state_dict())
+    x = torch.randn(6, 4, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 1], [1, 2, 3, 4, 5, 0, 3]])
+    mask = torch.rand(edge_index.shape[1], dtype=torch.float64)
+    for layer in (pyg, ours):
+        set_masks(layer, mask, edge_index, apply_sigmoid=False)
+    try:
+        masked = ours(x, edge_index)
+        torch.testing.assert_close(masked, pyg(x, edge_index), rtol=1e-12, atol=1e-14)
+    finally:
+        clear_masks(pyg), clear_masks(ours)
+    assert (masked - ours(x, edge_index)).abs().max() > 1e-3  # the masks did change the output

@@ -27,43 +27,67 @@ def _constant(t):
     return t.detach() if (t is not None and is_active()) else t
 
 
-class GCNConv(pyg_nn.GCNConv):
+class _PythonPropagate:
+    """PyG compiles ``propagate`` (and ``edge_updater``) per class when the
+    class is first built, and keeps the Python one as ``_orig_propagate``:
+    the one its explain mode (edge masks of GNNExplainer, Captum) and
+    ``decomposed_layers`` switch to. A subclass built after its PyG parent
+    inherits the parent's *compiled* ``propagate`` and would keep that, which
+    has no explain branch: PyG's edge masks would be ignored. The Python one
+    is kept here, whatever was built first."""
+
+    def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
+        super()._set_jittable_templates(raise_on_error)
+        cls = type(self)
+        for name in ("propagate", "edge_updater"):
+            kept = vars(cls).get(f"_orig_{name}")
+            if kept is not None and _compiled(kept, name):
+                setattr(cls, f"_orig_{name}", next(vars(k)[name] for k in cls.__mro__
+                                                    if name in vars(k) and not _compiled(vars(k)[name], name)))
+
+
+def _compiled(fn, name: str) -> bool:
+    """Whether ``fn`` is one of PyG's compiled (template) ``propagate`` / ``edge_updater``."""
+    return getattr(fn, "__module__", "").endswith(f"_{name}")
+
+
+class GCNConv(_PythonPropagate, pyg_nn.GCNConv):
     """:class:`torch_geometric.nn.GCNConv`; the normalisation is a constant gate."""
 
 
-class GraphConv(pyg_nn.GraphConv):
+class GraphConv(_PythonPropagate, pyg_nn.GraphConv):
     """:class:`torch_geometric.nn.GraphConv`."""
 
 
-class SAGEConv(pyg_nn.SAGEConv):
+class SAGEConv(_PythonPropagate, pyg_nn.SAGEConv):
     """:class:`torch_geometric.nn.SAGEConv`; ``normalize=True`` divides by a constant norm."""
 
 
-class GINConv(pyg_nn.GINConv):
+class GINConv(_PythonPropagate, pyg_nn.GINConv):
     """:class:`torch_geometric.nn.GINConv`; the ``nn`` is explained with the mode's rules."""
 
 
-class GINEConv(pyg_nn.GINEConv):
+class GINEConv(_PythonPropagate, pyg_nn.GINEConv):
     """:class:`torch_geometric.nn.GINEConv`; edge features receive relevance."""
 
 
-class ChebConv(pyg_nn.ChebConv):
+class ChebConv(_PythonPropagate, pyg_nn.ChebConv):
     """:class:`torch_geometric.nn.ChebConv`; the scaled Laplacian is a constant."""
 
 
-class SGConv(pyg_nn.SGConv):
+class SGConv(_PythonPropagate, pyg_nn.SGConv):
     """:class:`torch_geometric.nn.SGConv`."""
 
 
-class APPNP(pyg_nn.APPNP):
+class APPNP(_PythonPropagate, pyg_nn.APPNP):
     """:class:`torch_geometric.nn.APPNP`."""
 
 
-class EdgeConv(pyg_nn.EdgeConv):
+class EdgeConv(_PythonPropagate, pyg_nn.EdgeConv):
     """:class:`torch_geometric.nn.EdgeConv`; ``x_j - x_i`` splits relevance by sign."""
 
 
-class GATConv(pyg_nn.GATConv):
+class GATConv(_PythonPropagate, pyg_nn.GATConv):
     """:class:`torch_geometric.nn.GATConv`; attention coefficients are constants."""
 
     def edge_update(self, alpha_j: Tensor, alpha_i: OptTensor, edge_attr: OptTensor, index: Tensor,
@@ -72,7 +96,7 @@ class GATConv(pyg_nn.GATConv):
                                    index, ptr, dim_size)
 
 
-class GATv2Conv(pyg_nn.GATv2Conv):
+class GATv2Conv(_PythonPropagate, pyg_nn.GATv2Conv):
     """:class:`torch_geometric.nn.GATv2Conv`; attention coefficients are constants."""
 
     def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: OptTensor, index: Tensor,
@@ -85,7 +109,7 @@ def _detach_inputs(module, args):
     return tuple(a.detach() if isinstance(a, Tensor) else a for a in args)
 
 
-class TransformerConv(pyg_nn.TransformerConv):
+class TransformerConv(_PythonPropagate, pyg_nn.TransformerConv):
     """:class:`torch_geometric.nn.TransformerConv`; attention coefficients are
     constants, relevance flows through the values (and edge features added to
     them). With ``beta=True`` the learned skip gate
@@ -127,7 +151,7 @@ class TransformerConv(pyg_nn.TransformerConv):
         return out * alpha.view(-1, self.heads, 1)
 
 
-class GeneralConv(pyg_nn.GeneralConv):
+class GeneralConv(_PythonPropagate, pyg_nn.GeneralConv):
     """:class:`torch_geometric.nn.GeneralConv`; with ``attention=True`` the
     coefficients are constants."""
 
@@ -148,7 +172,7 @@ class GeneralConv(pyg_nn.GeneralConv):
         return x_j_out * alpha.view(-1, self.heads, 1)
 
 
-class GCN2Conv(pyg_nn.GCN2Conv):
+class GCN2Conv(_PythonPropagate, pyg_nn.GCN2Conv):
     r""":class:`torch_geometric.nn.GCN2Conv`:
     :math:`z = (1 - \beta) s + \beta s W_1` with
     :math:`s = (1 - \alpha) \hat A x + \alpha x_0` (with a second weight for
@@ -202,7 +226,7 @@ def _inherit_call_types(cls: type) -> type:
     arguments. PyG also accepts the types as a ``{func}_type`` class attribute,
     which is what we set.
     """
-    parent = Inspector(cls.__bases__[0])
+    parent = Inspector(cls.__bases__[-1])  # the PyG layer (after _PythonPropagate)
     for func in ("propagate", "edge_updater"):
         params = parent.get_params_from_method_call(func, exclude=[0, "edge_index", "size"])
         if params:
