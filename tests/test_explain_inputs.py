@@ -3,6 +3,7 @@ name the argument and the fix, and inputs people really pass are explained
 (issue items 3, 7, 9, 10, 11, 16, 17, 18)."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -765,3 +766,66 @@ def test_a_regression_target_stays_on_the_explanation():
     assert float(plain.target) == pytest.approx(float(model(x, edge_index)[3]), rel=1e-6)
     torch.testing.assert_close(given.node_mask, plain.node_mask)
     assert given.score == plain.score
+
+
+class _OverflowingGate(torch.nn.Module):
+    """``h * g + h`` or ``h / g + h`` with a gate ``g = exp(1000 h.sum())``
+    that overflows to inf on some rows (a gate: the pass holds it constant)."""
+
+    def __init__(self, divides):
+        super().__init__()
+        from torch_geometric.nn import GraphConv
+        self.c, self.head, self.divides = GraphConv(4, 6, bias=False), torch.nn.Linear(6, 3, bias=False), divides
+
+    def forward(self, x, edge_index, detach=False):
+        h = self.c(x, edge_index).relu()
+        g = torch.exp(1000 * h.sum(-1, keepdim=True) - (0 if self.divides else 500))
+        if detach:  # the gate held constant; for the reference gradient, its inf entries (rows the
+            g = g.detach()  # explained row does not read) pass nothing, as 0 relevance times them gives 0
+            g = g if self.divides else torch.where(torch.isfinite(g), g, 0.0)
+        return self.head((h / g if self.divides else h * g) + h)
+
+
+@pytest.mark.parametrize("divides", [False, True])
+def test_an_overflowing_gate_explains_what_the_model_computes(divides):
+    """A factor inf makes the output non-finite: the explanation says so (NaN
+    score and relevance, warned), never a finite score the model did not
+    compute. A divisor inf passes 0: LRP-0 is gradient x input with the gate
+    held constant, exactly."""
+    torch.manual_seed(0)
+    model = _OverflowingGate(divides).double().eval()
+    x = torch.randn(12, 4, dtype=torch.float64) * 3
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8]])
+    with torch.no_grad():
+        out = model(x, edge_index)
+    for index in range(12):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = lrp.explain(model, x, edge_index, index=index, target=torch.tensor([0]),
+                                rules=lrp.rules.Epsilon(0.0), subgraph=False)
+        if not bool(torch.isfinite(out[index, 0])):
+            assert not divides
+            assert not math.isfinite(found.score) and not bool(torch.isfinite(found.node_mask).all())
+            assert any("depends on a non-finite value" in str(w.message) for w in caught)
+            continue
+        assert found.score == pytest.approx(out[index, 0].item(), rel=1e-12)
+        x_ = x.clone().requires_grad_()
+        (grad,) = torch.autograd.grad(model(x_, edge_index, detach=True)[index, 0], x_)
+        torch.testing.assert_close(found.node_mask, (x_ * grad).detach(), rtol=1e-9, atol=1e-12)
+    assert divides or not bool(torch.isfinite(out).all())  # the case is met
+
+
+def test_a_nan_edge_weight_into_the_target_gives_a_non_finite_explanation():
+    """The target reads the NaN normalisation of its own in-edge: its score
+    is NaN, and so is its relevance, with the warning that says why (not
+    all-zero masks blamed on an empty attention)."""
+    from torch_geometric.nn.models import GCN as StockGCN
+    torch.manual_seed(0)
+    model = StockGCN(F_IN, HID, num_layers=2, out_channels=C).eval()
+    x, edge_index = sparse_graph()
+    weight = torch.ones(edge_index.shape[1])
+    weight[(edge_index[1] == 10).nonzero()[0]] = float("nan")
+    for subgraph in (True, False):
+        with pytest.warns(RuntimeWarning, match="depends on a non-finite value"):
+            found = lrp.explain(model, x, edge_index, edge_weight=weight, index=10, subgraph=subgraph)
+        assert not math.isfinite(found.score) and not bool(torch.isfinite(found.node_mask).all())

@@ -23,6 +23,7 @@ only if the streams really are linear.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Callable, Sequence
 
@@ -116,6 +117,57 @@ def constant(value: Tensor, label: str) -> Tensor:
     """A bias or constant term of a stream; it absorbs
     :math:`\\sum b_k \\odot g` (booked under ``label``)."""
     return _Constant.apply(anchor(value.device), value, label)
+
+
+class _Guarded(Function):
+    """A linear op whose gate operands hold inf / NaN (:func:`guarded`)."""
+
+    @staticmethod
+    def forward(ctx, run, tensors, signals, gates, divides, *values):
+        ctx.run, ctx.tensors, ctx.signals, ctx.gates, ctx.divides = run, tensors, signals, gates, divides
+        ctx.save_for_backward(*values)
+        return run(_placed(tensors, signals, values))
+
+    @staticmethod
+    def backward(ctx, grad):
+        values = [v.detach().requires_grad_() for v in ctx.saved_tensors]
+        finite, reach = list(ctx.tensors), list(ctx.tensors)
+        for i in ctx.gates:
+            gate = ctx.tensors[i]
+            # a divisor inf passes 0 (its gradient is exact): only NaN is bad there
+            bad = torch.isnan(gate) if ctx.divides else ~torch.isfinite(gate)
+            # the op with such entries contributing nothing (a factor 0; a divisor inf), and with only them
+            # (a factor 1 there, 0 elsewhere): where the latter meets a non-zero gradient, the relevance
+            # really does pass such an entry, and is NaN
+            finite[i] = gate.masked_fill(bad, math.inf if ctx.divides else 0.0)
+            reach[i] = torch.where(bad, 1.0, math.inf).to(gate.dtype) if ctx.divides else bad.to(gate.dtype)
+        with torch.enable_grad():
+            grads = torch.autograd.grad(ctx.run(_placed(finite, ctx.signals, values)), values, grad,
+                                        allow_unused=True)
+            hits = torch.autograd.grad(ctx.run(_placed(reach, ctx.signals, values)), values,
+                                       (grad != 0).to(grad.dtype), allow_unused=True)
+        out = [None if g is None else g.masked_fill(h != 0, math.nan) if h is not None else g
+               for g, h in zip(grads, hits)]
+        return (None, None, None, None, None, *out)
+
+
+def _placed(tensors: list, signals: list, values) -> list:
+    placed = list(tensors)
+    for i, v in zip(signals, values):
+        placed[i] = v
+    return placed
+
+
+def guarded(run: Callable[[list], Tensor], tensors: list, gates: list, divides: bool) -> Tensor:
+    """``run(tensors)``, a linear op whose gates (positions ``gates`` of
+    ``tensors``) hold inf / NaN, with the model's values; its backward gives
+    the operands that carry relevance (those that require grad) what the op
+    gives them with those entries contributing nothing (a factor 0, a divisor
+    inf), and NaN only where a non-zero gradient meets such an entry. So
+    0 relevance times an inf or NaN gate is 0, as in ``times`` under
+    ``nonfinite_guard``, inside the map's streams too."""
+    signals = [i for i, t in enumerate(tensors) if t.requires_grad]
+    return _Guarded.apply(run, tensors, signals, gates, divides, *(tensors[i] for i in signals))
 
 
 _HALF = (torch.float16, torch.bfloat16)

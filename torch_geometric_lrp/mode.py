@@ -1013,6 +1013,28 @@ def _is_data(name: str, key) -> bool:
         name == "scatter" and key in (3, "src") or name == "masked_scatter" and key in (2, "source")
 
 
+_DIVISIONS = ("div", "__truediv", "__itruediv", "__rtruediv", "true_divide", "divide")
+
+
+def _guarding(fn: Callable, roles: list, divides: bool) -> Callable:
+    """``fn`` whose gate operands (``roles``, in :func:`_tensors_of`'s
+    order) may hold inf / NaN: where they do, it runs through
+    :func:`maps.guarded`, whose backward reads 0 relevance times such an
+    entry as 0; ``divides``: the gate is a divisor."""
+    def call(*args, **kwargs):
+        tensors = [t for t, _ in _tensors_of(args, kwargs)]
+        gates = [i for i, r in enumerate(roles) if r == "gate" and i < len(tensors)
+                 and tensors[i].is_floating_point() and tensors[i].layout == torch.strided]
+        if all(bool(torch.isfinite(tensors[i]).all()) for i in gates):
+            return fn(*args, **kwargs)
+
+        def run(values: list) -> Tensor:
+            a, kw = _filled(args, kwargs, values)
+            return fn(*a, **kw)
+        return maps.guarded(run, tensors, gates, divides)
+    return call
+
+
 def _tensors_of(args, kwargs) -> list:
     """``(tensor, key)`` of every tensor of ``args`` (and of lists in them)
     and ``kwargs``, in order; ``key`` is the position, ``(position, item)``
@@ -1216,6 +1238,7 @@ class RelevanceMode(TorchFunctionMode):
         # the first op whose output (carrying relevance) is not finite;
         # tracked op by op only once a watched input is not finite (no cost otherwise)
         self._track_nonfinite = False
+        self.nonfinite_gates = False  # a linear op met a gate with inf / NaN entries (see _guarding)
         self.first_nonfinite: Optional[str] = None
         # integer inputs whose embedding lookups start relevance (watch_lookups)
         self._sources: list = []
@@ -1381,22 +1404,14 @@ class RelevanceMode(TorchFunctionMode):
             # so that what the constant absorbs is measured.)
             return NotImplemented
         infos = [self.gate_info(t) for t, r in operands if r == "signal"] if self._gates else [None]
-        plain = None
         if any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and not bool(torch.isfinite(t).all())
                for t, r in operands):
-            # A gate with inf / NaN entries (attention over a NaN feature, a NaN edge weight): the map's
-            # value keeps them, as the model's does, but its streams read them as 0. Where an output reads
-            # such an entry, its value (and so its relevance) is not finite anyway; elsewhere the stream's
-            # backward would multiply 0 relevance by them and spread NaN into rows the output does not
-            # depend on.
-            a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
-            plain = fn(*a, **kw)
-            finite = [torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
-                      if r == "gate" and t.layout == torch.strided else t for t, r in operands]
-            args, kwargs = _filled(args, kwargs, finite)
-            keyed = _tensors_of(args, kwargs)
-            operands = [(t, r) for t, (_, r) in zip(finite, operands)]
-        out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands, plain)
+            # A gate with inf / NaN entries (attention over a NaN feature, a NaN edge weight): the op runs on
+            # them as the model's does; its backward reads 0 relevance times such an entry as 0 (maps.guarded),
+            # so that NaN does not spread into rows the output does not depend on.
+            fn = _guarding(fn, [r for _, r in operands], name.startswith(_DIVISIONS))
+            self.nonfinite_gates = True
+        out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
         if None not in infos and not (name in _MIXING and any(r == "weight" for _, r in operands)):
             # a gate times constants or weights element by element, summed or joined with gates
             # (FAConv's tanh(.) * w, GMMConv's sum_k exp(.) g_k): still a gate of the products it
@@ -1406,28 +1421,23 @@ class RelevanceMode(TorchFunctionMode):
             self.mark_gate(out, _joined(infos))
         return out
 
-    def _linear_op_of_signals(self, name, fn, kind, rule, args, kwargs, keyed, operands, plain=None):
-        """The op's streams under ``rule``, registered as a map end whose
-        value is ``plain`` where given (else the op on the operands' values)."""
+    def _linear_op_of_signals(self, name, fn, kind, rule, args, kwargs, keyed, operands):
         if rule.signed:
-            return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands], plain)
+            return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands])
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
             for k, stream in enumerate(streams):
                 a, kw = _filled(args, kwargs, [self._stream_arg(t, r, rule, k, stream) for t, r in operands])
                 outputs.append(fn(*a, **kw))
-        if plain is not None:
-            value = plain
-        elif len(streams) == 1 and streams[0].identity:
+        if len(streams) == 1 and streams[0].identity:
             value = outputs[0]
         else:  # every operand a constant: no graph is built
             a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
             value = fn(*a, **kw)
         return self._register(value, rule, outputs)
 
-    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list,
-                   plain: Optional[Tensor] = None):
+    def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list):
         r"""Linear op ``name`` under a ``signed`` rule (see
         :class:`~torch_geometric_lrp.rules.Rule`), whose two streams split the
         map's paths by sign. With factors :math:`f` (weights, gates) each
@@ -1445,9 +1455,9 @@ class RelevanceMode(TorchFunctionMode):
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
             if rule.value_stream:
                 value, up = op.value()
-                return self._register(value if plain is None else plain, rule, [value, value if up else op.count(1)])
+                return self._register(value, rule, [value, value if up else op.count(1)])
             outputs = [op.count(1), op.count(-1)]
-        return self._register(op.plain() if plain is None else plain, rule, outputs)
+        return self._register(op.plain(), rule, outputs)
 
     def _signs_of(self, f: Tensor) -> list:
         """The signs (``1``, ``-1``) that the entries of factor or constant
@@ -1781,7 +1791,7 @@ class RelevanceMode(TorchFunctionMode):
             self.check_functions(out)
             # inf / NaN somewhere: zero relevance times them must stay 0, or
             # they would spread into rows the seed does not depend on
-            guard = not all(bool(torch.isfinite(t).all()) for t in (out.detach(), *wanted))
+            guard = self.nonfinite_gates or not all(bool(torch.isfinite(t).all()) for t in (out.detach(), *wanted))
             with torch.enable_grad(), nonfinite_guard(guard):
                 extra = [maps.anchor(out.device)]
                 try:
