@@ -346,3 +346,43 @@ def test_relational_edge_masks_follow_a_permutation_of_the_edges(layer):
     b = lrp.explain(model, x, edge_index[:, perm], edge_type=edge_type[perm], index=1, target=torch.tensor([0]))
     torch.testing.assert_close(b.edge_mask, a.edge_mask[perm], rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(b.node_mask, a.node_mask, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("how", ["mask", "Tensor.index_select", "torch.index_select"])
+def test_a_layer_over_selected_columns_books_each_message_on_its_column(how):
+    """A first layer over some of the input's columns (pairs (0, 1) and
+    (2, 1) listed twice): each message goes to the column it came from,
+    whichever way the columns are selected; the reference is LRP-0's
+    ``w * dS/dw`` with a weight of ones on each column's messages."""
+    from torch_geometric.nn import GraphConv
+    import torch_geometric_lrp as lrp
+    edge_index = torch.tensor([[0, 2, 0, 3, 2, 4], [1, 1, 1, 1, 1, 3]])
+    columns = torch.tensor([0, 2, 4])
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GraphConv(3, 4, bias=False), GraphConv(4, 4, bias=False)
+            self.head = torch.nn.Linear(4, 2, bias=False)
+
+        def forward(self, x, edge_index):
+            if how == "mask":
+                sub = edge_index[:, torch.isin(torch.arange(edge_index.shape[1]), columns)]
+            elif how == "Tensor.index_select":
+                sub = edge_index.index_select(1, columns)
+            else:
+                sub = torch.index_select(edge_index, 1, columns)
+            return self.head(self.c2(self.c1(x, sub).relu(), edge_index).relu())
+
+    torch.manual_seed(0)
+    model = Net().double().eval()
+    found = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0),
+                        subgraph=False)
+    weight = torch.ones(edge_index.shape[1], dtype=torch.float64, requires_grad=True)
+    hooks = [model.c1.register_message_forward_hook(lambda m, i, out: out * weight[columns].view(-1, 1)),
+             model.c2.register_message_forward_hook(lambda m, i, out: out * weight.view(-1, 1))]
+    (expected,) = torch.autograd.grad(model(x, edge_index)[1, 0], weight)
+    for h in hooks:
+        h.remove()
+    torch.testing.assert_close(found.edge_mask, expected, rtol=1e-9, atol=1e-12)

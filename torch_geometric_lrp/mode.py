@@ -907,7 +907,8 @@ new_zeros new_ones new_full new_empty zeros_like ones_like empty_like full_like"
 _AUTOGRAD_METADATA = frozenset({"requires_grad.__get__", "is_leaf.__get__", "grad_fn.__get__"})
 _METADATA_FUNCS: set = set()
 # selections of an edge list's columns that RelevanceMode.track_columns follows
-_COLUMN_SELECTIONS = frozenset({Tensor.__getitem__, Tensor.index_select, torch.index_select})
+_COLUMN_SELECTIONS = frozenset({Tensor.__getitem__, Tensor.index_select, torch.index_select,
+                                torch._C._VariableFunctions.index_select})  # (PyG wraps torch.index_select)
 _BATCH_NORM_ROLES = {1: "gate", "running_mean": "gate", 2: "gate", "running_var": "gate",
                      3: "weight", "weight": "weight", 4: "bias", "bias": "bias"}
 

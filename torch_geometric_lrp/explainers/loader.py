@@ -95,8 +95,8 @@ def _stream(model, loader, inputs: list[str], target: Optional[str], output: str
                                **options, **kwargs)
         if output == "list":
             for ex in result:
-                ex.node_index = batch.n_id[ex.node_index]
-                ex.edge_id = batch.e_id[ex.edge_id]
+                ex.node_index = _once(batch.n_id[ex.node_index], "node", "n_id")
+                ex.edge_id = _once(batch.e_id[ex.edge_id], "edge", "e_id")
             yield result
         else:
             yield _to_graph(result, batch, graph)
@@ -114,12 +114,7 @@ def _check_batch(batch, inputs: Sequence[str], target: Optional[str], graph) -> 
         if batch.get(name) is None:
             raise ValueError(f"{'target' if name == target else 'inputs'}: the mini-batch has no attribute "
                              f"{name!r} (it has {sorted(batch.keys())}).")
-    # the ids must name each node and edge once, as itself: else relevance lands on the wrong entry
-    ids, counts = torch.unique(batch.n_id, return_counts=True)
-    if bool((counts > 1).any()):
-        raise ValueError(f"loader: a mini-batch holds node {int(ids[counts > 1][0])} of the loader's graph more "
-                         f"than once (n_id), so its relevance would be split over two entries; a seed listed twice "
-                         f"in input_nodes does this. Give each seed once (input_nodes=input_nodes.unique()).")
+    # each edge's id must name it (each node's: checked per explanation, _check_once)
     edges = graph.get("edge_index") if isinstance(graph, Data) else None
     if isinstance(edges, Tensor) and batch.e_id.numel():
         ends, named = batch.n_id[batch.edge_index], edges[:, batch.e_id]
@@ -133,6 +128,25 @@ def _check_batch(batch, inputs: Sequence[str], target: Optional[str], graph) -> 
                              f"explain with subgraph_type='directional' (the default) or 'induced'.")
 
 
+def _once(ids: Tensor, what: str, name: str, keys: Optional[Tensor] = None) -> Tensor:
+    """``ids`` of one explanation's nodes (or edges) in the loader's graph,
+    each once: a mini-batch that holds one node of the graph twice where a
+    seed's subgraph reaches both copies (a seed listed twice in
+    ``input_nodes``) would split its relevance over two entries. (Copies in
+    the subgraphs of different seeds, as ``disjoint=True`` makes, are fine.)
+    ``keys``: what must be unique, where it is not ``ids`` (a sparse
+    block's row and column)."""
+    keys = ids if keys is None else keys
+    found, inverse, counts = torch.unique(keys, return_inverse=True, return_counts=True)
+    if bool((counts > 1).any()):
+        twice = int(ids[(counts[inverse] > 1).nonzero()[0]])
+        raise ValueError(f"loader: a seed's subgraph in a mini-batch holds {what} {twice} of the loader's graph "
+                         f"({name}) more than once, so its relevance would be split over two entries; a seed "
+                         f"listed twice in input_nodes does this. Give each seed once "
+                         f"(input_nodes=input_nodes.unique()).")
+    return ids
+
+
 def _to_graph(block: NodeRelevance, batch: Data, graph) -> NodeRelevance:
     """``block``'s rows and columns as ids of the loader's graph."""
     n = graph.num_nodes if isinstance(graph, Data) else int(batch.n_id.max()) + 1
@@ -143,6 +157,8 @@ def _to_graph(block: NodeRelevance, batch: Data, graph) -> NodeRelevance:
             return None
         rows, cols = matrix._indices()
         cols = ids[cols]
+        _once(cols, "node" if ids is batch.n_id else "edge", "n_id" if ids is batch.n_id else "e_id",
+              keys=rows * size + cols)
         order = torch.argsort(rows * size + cols)  # row-major again, as the columns moved
         return _coo(torch.stack([rows[order], cols[order]]), matrix._values()[order], (matrix.shape[0], size))
 
