@@ -848,6 +848,8 @@ def test_explain_edge_masks_left_on_by_the_user_are_refused_where_they_change_th
         else:
             with pytest.raises(ValueError, match=r"explain edge masks on \(set_masks\).*clear_masks"):
                 lrp.explain(model, x, edge_index, index=3)
+            with pytest.raises(ValueError, match=r"explain edge masks on \(set_masks\).*clear_masks"):
+                lrp.check_conservation(model, x, edge_index)  # before: the converted copy leaves masks out
         assert all(m._explain and m._edge_mask is mask for m in model.modules() if isinstance(m, MessagePassing))
     finally:
         clear_masks(model)

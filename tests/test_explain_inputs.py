@@ -829,3 +829,33 @@ def test_a_nan_edge_weight_into_the_target_gives_a_non_finite_explanation():
         with pytest.warns(RuntimeWarning, match="depends on a non-finite value"):
             found = lrp.explain(model, x, edge_index, edge_weight=weight, index=10, subgraph=subgraph)
         assert not math.isfinite(found.score) and not bool(torch.isfinite(found.node_mask).all())
+
+
+def test_a_gamma_denominator_that_overflows_half_precision_is_said():
+    """Gamma's z + gamma z+ overflows float16 (z and z+ themselves do not):
+    R / inf = 0 books all relevance as absorbed, under the residual's
+    threshold; said, as the stream overflow is."""
+    from torch_geometric.nn import GraphConv
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.h = GraphConv(4, 6), torch.nn.Linear(6, 3)
+
+        def forward(self, x, edge_index):
+            return self.h(self.c(x, edge_index).relu())
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    with torch.no_grad():
+        for p in model.c.parameters():
+            p.mul_(200.0)
+    x = torch.randn(10, 4, generator=torch.Generator().manual_seed(1)) * 200
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 6]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        full = lrp.explain(model, x, edge_index, index=[1, 2], rules=lrp.rules.Gamma(10.0), target=torch.tensor([0, 0]))
+    assert abs(full.relevance_total) > 0.5 * abs(full.score)
+    with pytest.warns(RuntimeWarning, match="overflowed \\(a rule's denominator"):
+        lrp.explain(model.half(), x.half(), edge_index, index=[1, 2], rules=lrp.rules.Gamma(10.0),
+                    target=torch.tensor([0, 0]))

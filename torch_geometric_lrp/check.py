@@ -138,6 +138,8 @@ def check_conservation(
             "check_conservation: the inputs hold dicts ({node_type: x}, {edge_type: edge_index}): heterogeneous "
             "models are not checked module by module yet. lrp.explain and LRP in PyG's Explainer explain them "
             "and report the totals (score, relevance_total, absorbed, lost, residual).")
+    given = (args, kwargs)  # as the user's model takes them, before the carriers are made leaves
+    check_layer_state(model, lambda: model(*given[0], **given[1]))  # on the model itself: convert leaves masks out
     if not hasattr(model, "_lrp_rules") or rules is not None:
         model = convert(model, rules)
     names = [str(i) for i in range(len(args))] + list(kwargs)
@@ -165,7 +167,6 @@ def check_conservation(
     kwargs = {k: v.detach() if k not in carriers and isinstance(v, Tensor) and v.requires_grad else v
               for k, v in kwargs.items()}
 
-    check_layer_state(model, lambda: model(*args, **kwargs))
     layers = {n: LayerRelevance(n, type(m).__name__) for n, m in model.named_modules() if n}
     hooks = []
 

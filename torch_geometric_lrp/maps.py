@@ -24,7 +24,6 @@ only if the streams really are linear.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable, Sequence
 
 import torch
@@ -32,7 +31,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from . import audit
-from .rules import Rule, times
+from .rules import HALF as _HALF, Rule, overflowed as _overflowed, times
 
 __all__ = ["open_stream", "constant", "close", "unshare", "anchor"]
 
@@ -168,16 +167,6 @@ def guarded(run: Callable[[list], Tensor], tensors: list, gates: list, divides: 
     ``nonfinite_guard``, inside the map's streams too."""
     signals = [i for i, t in enumerate(tensors) if t.requires_grad]
     return _Guarded.apply(run, tensors, signals, gates, divides, *(tensors[i] for i in signals))
-
-
-_HALF = (torch.float16, torch.bfloat16)
-
-
-def _overflowed(where: str) -> None:
-    warnings.warn(f"LRP: in half precision, the relevance of a linear map overflowed ({where}, beyond the dtype's "
-                  f"range) although the forward is finite: relevance through it is booked as absorbed or is "
-                  f"infinite, so the masks are not reliable. Explain a float32 copy instead "
-                  f"(copy.deepcopy(model).float() with x.float()).", RuntimeWarning, stacklevel=2)
 
 
 class _Close(Function):

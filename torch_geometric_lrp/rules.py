@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from numbers import Real
@@ -110,6 +111,17 @@ def check_rule(rule: "Rule", argument: str = "rules") -> None:
             f"'The rules'). A rule that defines linear() only serves torch_geometric_lrp.functional.linear.")
 
 
+HALF = (torch.float16, torch.bfloat16)
+
+
+def overflowed(where: str) -> None:
+    """Warn that a rule's arithmetic overflowed a half-precision dtype."""
+    warnings.warn(f"LRP: in half precision, the relevance of a linear map overflowed ({where}, beyond the dtype's "
+                  f"range) although the forward is finite: relevance through it is booked as absorbed or is "
+                  f"infinite, so the masks are not reliable. Explain a float32 copy instead "
+                  f"(copy.deepcopy(model).float() with x.float()).", RuntimeWarning, stacklevel=2)
+
+
 def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
     r"""Return ``(s, dropped)`` with :math:`s = R / \mathrm{stab}(z)` where
     :math:`z \ne 0` and :math:`s = 0` where :math:`z = 0`.
@@ -118,6 +130,8 @@ def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, 
     no input contributed to them.
     """
     dropped = z == 0
+    if z.dtype in HALF and bool((~torch.isfinite(z) & (relevance != 0) & torch.isfinite(relevance)).any()):
+        overflowed("a rule's denominator, such as Gamma's z + gamma z+")
     # a plain division (no out=): it also runs under torch.func.vmap, as
     # torch.autograd.grad(..., is_grads_batched=True) needs
     s = relevance / stabilize(z, epsilon)
