@@ -831,3 +831,46 @@ def test_an_unused_type_is_named_with_its_module():
     from torch_geometric.nn import GCN
     with pytest.raises(ValueError, match=r"instance of torch\.nn\.Linear, .*torch_geometric\.nn\.dense\.linear\.Linear"):
         lrp.convert(GCN(4, 8, 2), {torch.nn.Linear: R.Epsilon()})
+
+
+def test_converting_a_converted_model_keeps_its_rules():
+    """``convert(convert(m, rules))`` keeps ``rules`` (before: the default
+    composite, without a word); new rules replace them."""
+    from torch_geometric.nn import GCN
+    torch.manual_seed(0)
+    model = GCN(4, 8, 3, 2).double().eval()
+    once = lrp.convert(model, {GCNConv: R.Gamma(0.5)})
+    assert lrp.convert(once)._lrp_rules == once._lrp_rules
+    assert lrp.convert(once, {GCNConv: R.Epsilon(0.1)})._lrp_rules["convs.0"] == R.Epsilon(0.1)
+    x, edge_index = torch.randn(10, 4, dtype=torch.float64), torch.randint(0, 10, (2, 30))
+    twice = lrp.explain(lrp.convert(once), x, edge_index, index=3)
+    direct = lrp.explain(model, x, edge_index, index=3, rules={GCNConv: R.Gamma(0.5)})
+    torch.testing.assert_close(twice.node_mask, direct.node_mask, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["jk_cat", "jk_max", "lstm"])
+def test_jumping_knowledge_and_recurrent_modules_convert_and_conserve(kind):
+    """``BasicGNN(jk='cat' / 'max')`` and ``torch.nn.LSTM`` convert (before:
+    ``UnsupportedModuleError``, while ``lrp.explain`` explained them), and
+    ``check_conservation`` balances: seed = inputs + absorbed + lost, each
+    measured."""
+    from torch_geometric.nn import GCN
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(10, 4, dtype=torch.float64), torch.randint(0, 10, (2, 30))
+    if kind == "lstm":
+        class Recurrent(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm, self.lin = torch.nn.LSTM(4, 5), torch.nn.Linear(5, 2)
+
+            def forward(self, x, edge_index):
+                return self.lin(self.lstm(x)[0])
+        model = Recurrent().double().eval()
+    else:
+        model = GCN(4, 8, 3, 2, jk=kind[3:]).double().eval()
+    converted = lrp.convert(model)
+    torch.testing.assert_close(converted(x, edge_index), model(x, edge_index))
+    report = lrp.check_conservation(model, x, edge_index, rules={torch.nn.Module: R.Epsilon(0.0)})
+    total = sum(report.input_relevance.values()) + report.absorbed + report.lost
+    assert report.seed == pytest.approx(total, rel=1e-9, abs=1e-12)
+    assert abs(sum(report.input_relevance.values())) > 1e-3

@@ -46,8 +46,11 @@ _SUPPORTED: set[type] = {
     torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.BatchNorm1d, torch.nn.LayerNorm, torch.nn.RMSNorm,
     torch.nn.GLU, torch.nn.LogSigmoid, torch.nn.CosineSimilarity, torch.nn.PairwiseDistance,
     torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
+    # recurrent and attention modules, explained with their own rules (recurrent.py, attention.py;
+    # tests/test_recurrent.py)
+    torch.nn.LSTM, torch.nn.GRU, torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.MultiheadAttention,
     # PyG building blocks
-    pyg_nn.Linear, pyg_nn.MLP, pyg_nn.MetaLayer, pyg_nn.BatchNorm,
+    pyg_nn.Linear, pyg_nn.MLP, pyg_nn.MetaLayer, pyg_nn.BatchNorm, pyg_nn.JumpingKnowledge,
     SumAggregation, MeanAggregation, MaxAggregation, MinAggregation,
     TrimToLayer,  # BasicGNN's helper for NeighborLoader batches: slicing only
     *LRP_LAYERS, *LRP_LAYERS.values(),
@@ -406,6 +409,8 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}.")
     model = unwrap(model)
+    # a converted model given again without rules keeps its composite
+    kept = getattr(model, "_lrp_rules", None) if rules is None else None
     rules = composite(rules)
     unused = unused_types(rules, model.modules())
     if unused:
@@ -429,5 +434,5 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
             f"pass then checks its ops as it runs."
         )
     converted = _share_copy(model)
-    converted._lrp_rules = resolve_rules(converted, rules)
+    converted._lrp_rules = dict(kept) if kept is not None else resolve_rules(converted, rules)
     return converted
