@@ -444,6 +444,29 @@ def test_multihead_attention_freezes_the_attention(batch_first):
     torch.testing.assert_close(relevance, grad_x_input(reference, x0), rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("kdim, vdim", [(8, 6), (5, 6), (8, 9)])
+def test_multihead_attention_with_values_of_another_width(kdim, vdim):
+    """``vdim != embed_dim`` (before: a reshape error in the pass): the value
+    path ``A (v W_v) W_o`` with the attention from query and key, written
+    out, gives the same relevance."""
+    mha = torch.nn.MultiheadAttention(8, 2, kdim=kdim, vdim=vdim, bias=False).double().eval()
+    q0, k0, v0 = weights(4, 3, 8, seed=1), weights(5, 3, kdim, seed=2), weights(5, 3, vdim, seed=3)
+
+    def reference(v):
+        with torch.no_grad():
+            _, attention = mha(q0, k0, v0, average_attn_weights=False)  # [N, H, L, S]
+        h = (v @ mha.v_proj_weight.t()).reshape(5, 3 * 2, 4).transpose(0, 1)
+        out = torch.bmm(attention.reshape(3 * 2, 4, 5), h).transpose(0, 1).reshape(4, 3, 8)
+        return out @ mha.out_proj.weight.t()
+
+    with relevance_pass(mha, rules=Epsilon(0.0)) as mode:
+        v = mode.watch(v0)
+        out, _ = mha(q0, k0, v, need_weights=False)
+        (relevance,) = mode.backward(out, out.detach(), [v])
+    torch.testing.assert_close(out.detach(), reference(v0).detach())
+    torch.testing.assert_close(relevance, grad_x_input(reference, v0), rtol=1e-8, atol=1e-10)
+
+
 # --- PyG layers end to end -------------------------------------------------------------------
 def graph(edge_dim=None, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -1528,3 +1551,21 @@ def test_a_tensor_an_in_place_op_left_behind_is_told_in_the_pass_and_refused_by_
         else:
             with pytest.raises(lrp.UnsupportedOpError, match="'mul_'"):
                 lrp.check_conservation(model, x)
+
+
+@pytest.mark.parametrize("module, refused", [
+    (lambda: torch.nn.MultiheadAttention(8, 2, add_bias_kv=True), "add_bias_kv=True"),
+    (lambda: torch.nn.MultiheadAttention(8, 2, add_zero_attn=True), "add_zero_attn=True"),
+    (lambda: torch.nn.LSTM(8, 4, proj_size=2), "proj_size"),
+])
+def test_an_option_without_a_rule_is_named(module, refused):
+    """Options the attention and recurrent rules do not cover are refused
+    naming the option (before: 'has no relevance rule ... rewrite it with
+    functional ops', about an op that has one)."""
+    layer = module().double().eval()
+    x0 = weights(5, 3, 8, seed=4)
+    with pytest.raises(UnsupportedOpError, match=f"has a relevance rule, but not with {refused}"):
+        with relevance_pass(layer, rules=Epsilon(0.0)) as mode:
+            x = mode.watch(x0)
+            out = layer(x, x, x)[0] if isinstance(layer, torch.nn.MultiheadAttention) else layer(x)[0]
+            mode.backward(out, out.detach(), [x])

@@ -31,9 +31,14 @@ def _multi_head_attention(mode, query, key, value, embed_dim_to_check, num_heads
                           use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
                           v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
                           is_causal=False):
-    if bias_k is not None or bias_v is not None or add_zero_attn or static_k is not None or \
-            static_v is not None or (training and dropout_p > 0):
-        return NotImplemented  # extra key / value rows and dropout have no rule here
+    if bias_k is not None or bias_v is not None:
+        return mode.refuse("with add_bias_kv=True (learned key and value rows)")
+    if add_zero_attn:
+        return mode.refuse("with add_zero_attn=True (a zero key and value row)")
+    if static_k is not None or static_v is not None:
+        return mode.refuse("with static_k / static_v")
+    if training and dropout_p > 0:
+        return mode.refuse("with dropout in training mode")
     # the weights A_h from the values (no relevance): the op itself, per head
     _, weights = F.multi_head_attention_forward(
         query.detach(), key.detach(), value.detach(), embed_dim_to_check, num_heads, in_proj_weight,
@@ -46,7 +51,8 @@ def _multi_head_attention(mode, query, key, value, embed_dim_to_check, num_heads
     if not batched:
         value = mode.call(torch.unsqueeze, value, 1)
         weights = weights.unsqueeze(0)
-    length, (sources, batch, embed) = query.shape[0], value.shape
+    # the width of the attention is embed_dim; the values may be narrower or wider (vdim)
+    length, (sources, batch), embed = query.shape[0], value.shape[:2], embed_dim_to_check
     head = embed // num_heads
     if use_separate_proj_weight:
         w_v = v_proj_weight

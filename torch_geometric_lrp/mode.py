@@ -1247,6 +1247,7 @@ class RelevanceMode(TorchFunctionMode):
         self._functions_checked = None  # the grad_fn of the last output check_functions walked from
         self.lookups: list = []  # (name, columns, watched output) per lookup, in order
         self._columns: Optional[_ByIdentity] = None  # edge lists -> the input edges of their columns (track_columns)
+        self._refusal: Optional[str] = None  # why a handler did not take an op it has a rule for (refuse)
 
     # -- rules of the running modules ------------------------------------------------------
     def enter(self, module: torch.nn.Module, *args) -> None:
@@ -2281,8 +2282,20 @@ class RelevanceMode(TorchFunctionMode):
             t, written = written, self._written.get(written)
         return t
 
+    def refuse(self, reason: str):
+        """For a handler of an op that has a rule, but not with these
+        arguments: ``NotImplemented``, with ``reason`` for the report."""
+        self._refusal = reason
+        return NotImplemented
+
     def _report(self, name: str, out=None) -> None:
         key = f"{name} in {self.where()}"
+        reason, self._refusal = self._refusal, None
+        if self.strict and reason is not None:
+            raise UnsupportedOpError(
+                f"'{name}' in {self.where()} has a relevance rule, but not {reason}; running it with its "
+                f"gradient would break conservation. Build the module without it, or pass strict=False to only "
+                f"report it.")
         if self.strict:
             raise UnsupportedOpError(
                 f"'{name}' in {self.where()} carries relevance but has no relevance rule; running it "

@@ -90,8 +90,10 @@ def _layers(mode, cell: Callable, input: Tensor, states: list, params, has_biase
     direction; ``NotImplemented`` for a layout it does not know."""
     directions = 2 if bidirectional else 1
     per = 4 if has_biases else 2
-    if input.dim() != 3 or len(params) != num_layers * directions * per or len(states) != num_layers * directions:
-        return NotImplemented  # proj_size adds w_hr: not covered
+    if input.dim() != 3:
+        return mode.refuse("on this input layout (a PackedSequence: pad it, torch.nn.utils.rnn.pad_packed_sequence)")
+    if len(params) != num_layers * directions * per or len(states) != num_layers * directions:
+        return mode.refuse("with proj_size (the projection w_hr)")  # proj_size adds w_hr: not covered
     x = mode.call(torch.transpose, input, 0, 1) if batch_first else input
     finals = []
     for layer in range(num_layers):
