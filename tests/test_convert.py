@@ -221,16 +221,16 @@ def test_unsupported_modules_are_listed_by_name_and_type():
         def __init__(self):
             super().__init__()
             self.conv = GCNConv(4, 4)
-            self.rnn = torch.nn.GRU(4, 4)
+            self.rnn = torch.nn.RNN(4, 4)
             self.block = torch.nn.Sequential(torch.nn.Conv1d(4, 4, 1))
 
     with pytest.raises(lrp.UnsupportedModuleError) as info:
         lrp.convert(Net())
     message = str(info.value)
-    assert "rnn (torch.nn.modules.rnn.GRU)" in message
+    assert "rnn (torch.nn.modules.rnn.RNN)" in message
     assert "block.0 (torch.nn.modules.conv.Conv1d)" in message
     assert "GCNConv" not in message
-    assert "lrp.register(GRU)" in message
+    assert "lrp.register(RNN)" in message
 
 
 def test_a_rule_for_a_type_declares_it_supported():
