@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 from torch_geometric.explain import Explanation, HeteroExplanation
 from torch_geometric.explain.config import MaskType, ModelMode, ModelReturnType, ModelTaskLevel
+from torch_geometric.nn import MessagePassing
 
 from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
@@ -438,6 +439,8 @@ def _layer_state(model: torch.nn.Module) -> dict:
     (``set_masks``: ``_explain`` and ``_edge_mask``)."""
     found = {}
     for m in model.modules():
+        if not isinstance(m, MessagePassing):  # (both live on PyG's message-passing layers)
+            continue
         for k, v in vars(m).items():
             if k.startswith("_cached_") and v is not None:
                 found[m, k] = v
