@@ -711,3 +711,31 @@ def test_dirgnnconv_is_refused_by_name():
     x, ei = graph(7, 0.35, seed=13)
     with pytest.raises(ValueError, match="DirGNNConv runs two message-passing layers side by side"):
         lrp.walks(Directed().double().eval(), x, ei, 2)
+
+
+def test_a_nan_the_target_does_not_read_leaves_walks_as_they_are():
+    """A NaN feature outside node 0's receptive field makes another node's
+    attention NaN: walks and subgraph relevance are those of the clean input
+    (before: 'atol must be greater than or equal to zero, but got -nan')."""
+    torch.manual_seed(0)
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GATConv(4, 4, heads=1), GATConv(4, 3, heads=1)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    model = Attention().double().eval()
+    x = torch.randn(6, 4, dtype=torch.float64)
+    ei = torch.tensor([[1, 2, 0, 3, 4, 5], [0, 0, 1, 2, 5, 4]])
+    clean = lrp.walks(model, x, ei, 0, target=torch.tensor(0))
+    clean_set = lrp.subgraph_relevance(model, x, ei, [0, 1, 2], 0, target=torch.tensor(0))
+    x = x.clone()
+    x[5, 0] = float("nan")
+    found = lrp.walks(model, x, ei, 0, target=torch.tensor(0))
+    assert {tuple(w) for w in found.walks.tolist()} == {tuple(w) for w in clean.walks.tolist()}
+    torch.testing.assert_close(found.relevance, clean.relevance, rtol=1e-12, atol=1e-15)
+    assert lrp.subgraph_relevance(model, x, ei, [0, 1, 2], 0, target=torch.tensor(0)) == \
+        pytest.approx(clean_set, rel=1e-12)

@@ -51,6 +51,7 @@ import heapq
 import itertools
 import numbers
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
@@ -66,7 +67,7 @@ from .explainers.subgraph import Cut, count_hops, cut, message_flow, pays_off, s
 from .explainers.targets import (check_edge_index, check_graph_inputs, check_rules, check_target, check_x,
                                  is_sparse, seed_of, whole)
 from .mode import unwrap
-from .rules import Rule
+from .rules import Rule, nonfinite_guard
 
 __all__ = ["Walks", "walks", "subgraph_relevance", "MAX_WALKS"]
 
@@ -349,7 +350,7 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
     messages: list[list[Tensor]] = []  # per level: the (source, target) pairs its propagate calls used
     n, e = x.shape[0], edge_index.shape[1]
     thread = threading.get_ident()  # the layers' hooks read this pass's forward, not another thread's
-    with Pass(model, settings) as p:
+    with Pass(model, settings) as p, ExitStack() as stack:
         def enter(module, args):
             if threading.get_ident() == thread:
                 messages.append([])
@@ -399,6 +400,10 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         # integer x: relevance starts at its embedding lookups (their outputs are level 0)
         inputs = (p.x,) if p.x.is_floating_point() else tuple(t for name, _, t in p.mode.lookups if name == "x")
         steps = _Steps(inputs, levels, out, seed.view_as(out))
+        # inf / NaN in the forward: 0 relevance times them is 0 in every backward here, as in the pass's own
+        guard = nonfinite_guard(p.mode.nonfinite_gates or not all(bool(torch.isfinite(t).all())
+                                                                  for t in (out.detach(), *inputs)))
+        stack.enter_context(guard)
         # The plain backward is the pass's one backward, which an open
         # RelevanceAudit counts; the level-to-level steps run parts of it again.
         first = steps.first_order()

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from . import audit
-from .rules import HALF as _HALF, Rule, overflowed as _overflowed, times
+from .rules import HALF as _HALF, Rule, overflowed as _overflowed, somewhere, times
 
 __all__ = ["open_stream", "constant", "close", "unshare", "anchor"]
 
@@ -187,8 +187,8 @@ class _Close(Function):
     def backward(ctx, relevance):
         outputs = ctx.saved_tensors if ctx.copies is None else ctx.copies
         grads, dropped = ctx.rule.gradients(relevance, outputs)
-        if relevance.dtype in _HALF and bool(torch.isfinite(relevance).all()) and \
-                not all(g is None or bool(torch.isfinite(g).all()) for g in grads):
+        if relevance.dtype in _HALF and not somewhere(~torch.isfinite(relevance)) and \
+                any(g is not None and somewhere(~torch.isfinite(g)) for g in grads):
             _overflowed("the relevance divided by a small output, R / z")
         if audit.is_active():
             lost = audit.lost_of(relevance, dropped)

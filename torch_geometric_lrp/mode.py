@@ -1424,6 +1424,8 @@ class RelevanceMode(TorchFunctionMode):
         return out
 
     def _linear_op_of_signals(self, name, fn, kind, rule, args, kwargs, keyed, operands):
+        """The op run once per stream of ``rule`` (on the operands as each
+        stream sees them), registered as a map end."""
         if rule.signed:
             return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands])
         streams = rule.streams()
@@ -1964,13 +1966,16 @@ class RelevanceMode(TorchFunctionMode):
             self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"
         return out
 
-    def track_columns(self, edges: Tensor) -> None:
+    def track_columns(self, edges: Optional[Tensor]) -> None:
         """From here on, follow which columns of ``edges`` (``[2, E]``) the
         forward selects: ``edges[:, mask]``, ``edges[:, index]``,
         ``edges.index_select(1, index)`` and selections of those, as
         ``RGCNConv`` and ``FiLMConv`` propagate over each relation's edges.
         :meth:`columns_of` tells them (a pair that two relations share is
-        then no longer ambiguous)."""
+        then no longer ambiguous). ``None`` stops it."""
+        if edges is None:
+            self._columns = None
+            return
         self._columns = _ByIdentity()
         self._columns[edges] = torch.arange(edges.shape[1], device=edges.device)
 

@@ -19,9 +19,9 @@ explicitly, also where the other factor is a constant (an initial state
 given as a plain tensor), which the mode's product rule would otherwise take
 for a weight and send relevance into the gate.
 
-Handlers return what the torch op returns, or ``NotImplemented`` for what
-they do not cover (``PackedSequence`` input, ``proj_size``, dropout in
-training mode), which the mode then reports as an op without a rule.
+Handlers return what the torch op returns, or, for what they do not cover
+(``PackedSequence`` input, ``proj_size``, dropout in training mode),
+``mode.refuse(reason)``: the mode then refuses the op naming the reason.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def _layers(mode, cell: Callable, input: Tensor, states: list, params, has_biase
     directions = 2 if bidirectional else 1
     per = 4 if has_biases else 2
     if input.dim() != 3:
-        return mode.refuse("on this input layout (a PackedSequence: pad it, torch.nn.utils.rnn.pad_packed_sequence)")
+        return mode.refuse(f"on an input of {input.dim()} dimensions")
     if len(params) != num_layers * directions * per or len(states) != num_layers * directions:
         return mode.refuse("with proj_size (the projection w_hr)")  # proj_size adds w_hr: not covered
     x = mode.call(torch.transpose, input, 0, 1) if batch_first else input
@@ -118,8 +118,10 @@ def lstm(mode, input: Tensor, hx, params, has_biases, num_layers, dropout, train
     Returns ``(output, h_n, c_n)``. ``PackedSequence`` input (whose second
     argument is ``batch_sizes``), ``proj_size`` and training mode are not
     covered."""
-    if not isinstance(has_biases, bool) or train:
-        return NotImplemented
+    if not isinstance(has_biases, bool):  # torch's packed form: (data, batch_sizes, ...)
+        return mode.refuse("on a PackedSequence (pad it first: torch.nn.utils.rnn.pad_packed_sequence)")
+    if train:
+        return mode.refuse("with dropout in training mode")
     h0, c0 = hx
     states = list(zip(mode.call(torch.unbind, h0, 0), mode.call(torch.unbind, c0, 0)))
     out = _layers(mode, lstm_cell, input, states, params, has_biases, num_layers, bidirectional, batch_first)
@@ -134,8 +136,10 @@ def gru(mode, input: Tensor, hx: Tensor, params, has_biases, num_layers, dropout
         batch_first=False):
     r"""``torch.gru`` on padded input: :func:`gru_cell` over time, per layer
     and direction. Returns ``(output, h_n)``; not covered as for :func:`lstm`."""
-    if not isinstance(has_biases, bool) or train:
-        return NotImplemented
+    if not isinstance(has_biases, bool):  # torch's packed form: (data, batch_sizes, ...)
+        return mode.refuse("on a PackedSequence (pad it first: torch.nn.utils.rnn.pad_packed_sequence)")
+    if train:
+        return mode.refuse("with dropout in training mode")
     states = list(mode.call(torch.unbind, hx, 0))
     out = _layers(mode, gru_cell, input, states, params, has_biases, num_layers, bidirectional, batch_first)
     if out is NotImplemented:

@@ -114,6 +114,15 @@ def check_rule(rule: "Rule", argument: str = "rules") -> None:
 HALF = (torch.float16, torch.bfloat16)
 
 
+def somewhere(mask: Tensor) -> bool:
+    """``bool(mask.any())``, for checks; ``False`` where a tensor cannot be
+    read as a bool (under the vmap of the walks' batched backward)."""
+    try:
+        return bool(mask.any())
+    except RuntimeError:
+        return False
+
+
 def overflowed(where: str) -> None:
     """Warn that a rule's arithmetic overflowed a half-precision dtype."""
     warnings.warn(f"LRP: in half precision, the relevance of a linear map overflowed ({where}, beyond the dtype's "
@@ -130,7 +139,7 @@ def divide(relevance: Tensor, z: Tensor, epsilon: float = 0.0) -> tuple[Tensor, 
     no input contributed to them.
     """
     dropped = z == 0
-    if z.dtype in HALF and bool((~torch.isfinite(z) & (relevance != 0) & torch.isfinite(relevance)).any()):
+    if z.dtype in HALF and somewhere(~torch.isfinite(z) & (relevance != 0) & torch.isfinite(relevance)):
         overflowed("a rule's denominator, such as Gamma's z + gamma z+")
     # a plain division (no out=): it also runs under torch.func.vmap, as
     # torch.autograd.grad(..., is_grads_batched=True) needs
@@ -478,6 +487,13 @@ class WSquare(Rule):
         return [s], dropped
 
 
+def _same_bound(a, b) -> bool:
+    if a is b:
+        return True
+    a, b = torch.as_tensor(a), torch.as_tensor(b)
+    return a.shape == b.shape and a.device == b.device and bool(torch.equal(a.to(b.dtype), b))
+
+
 def _bound_key(value) -> tuple:
     """A ZBox bound as a hashable value: its shape and entries."""
     t = torch.as_tensor(value).detach().cpu().double()
@@ -517,9 +533,12 @@ class ZBox(Rule):
 
     def __eq__(self, other) -> bool:
         # the generated __eq__ compares tensor bounds with ==, which is no bool: two ZBox are one rule
-        # (one map continues across them) where their bounds hold the same values
+        # (one map continues across them) where their bounds hold the same values. The pass compares a
+        # map's rule with itself for every op: that is the identity, no copy of the bounds.
+        if other is self:
+            return True
         return type(other) is type(self) and self.epsilon == other.epsilon and \
-            _bound_key(self.low) == _bound_key(other.low) and _bound_key(self.high) == _bound_key(other.high)
+            _same_bound(self.low, other.low) and _same_bound(self.high, other.high)
 
     def __hash__(self) -> int:
         return hash((type(self), self.epsilon, _bound_key(self.low), _bound_key(self.high)))

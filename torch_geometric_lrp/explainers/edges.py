@@ -214,6 +214,9 @@ class EdgeRelevance:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        mode = current_mode()
+        if mode is not None and not self.hetero:
+            mode.track_columns(None)
 
     def _hook(self, layer: MessagePassing) -> None:
         if id(layer) not in self._hooked:
