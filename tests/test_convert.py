@@ -848,7 +848,7 @@ def test_converting_a_converted_model_keeps_its_rules():
     torch.testing.assert_close(twice.node_mask, direct.node_mask, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("kind", ["jk_cat", "jk_max", "lstm"])
+@pytest.mark.parametrize("kind", ["jk_cat", "jk_max", "lstm", "attention"])
 def test_jumping_knowledge_and_recurrent_modules_convert_and_conserve(kind):
     """``BasicGNN(jk='cat' / 'max')`` and ``torch.nn.LSTM`` convert (before:
     ``UnsupportedModuleError``, while ``lrp.explain`` explained them), and
@@ -857,7 +857,16 @@ def test_jumping_knowledge_and_recurrent_modules_convert_and_conserve(kind):
     from torch_geometric.nn import GCN
     torch.manual_seed(0)
     x, edge_index = torch.randn(10, 4, dtype=torch.float64), torch.randint(0, 10, (2, 30))
-    if kind == "lstm":
+    if kind == "attention":
+        class Attending(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.att, self.lin = torch.nn.MultiheadAttention(4, 2), torch.nn.Linear(4, 2)
+
+            def forward(self, x, edge_index):
+                return self.lin(self.att(x, x, x, need_weights=False)[0])
+        model = Attending().double().eval()
+    elif kind == "lstm":
         class Recurrent(torch.nn.Module):
             def __init__(self):
                 super().__init__()

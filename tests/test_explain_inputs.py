@@ -859,3 +859,39 @@ def test_a_gamma_denominator_that_overflows_half_precision_is_said():
     with pytest.warns(RuntimeWarning, match="overflowed \\(a rule's denominator"):
         lrp.explain(model.half(), x.half(), edge_index, index=[1, 2], rules=lrp.rules.Gamma(10.0),
                     target=torch.tensor([0, 0]))
+
+
+@pytest.mark.parametrize("far", [0.0, float("inf"), float("nan")])
+def test_a_divisor_of_zero_or_non_finite_the_target_does_not_read_changes_nothing(far):
+    """``h / gate`` with ``gate`` 0, inf or NaN at a node the target does not
+    read (a degree normaliser of an isolated node): LRP-0 is gradient x input
+    of the model whose far divisor is inf (that row contributes 0), without
+    a warning (before: NaN relevance for a divisor 0)."""
+    from torch_geometric.nn import GCNConv
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 4], [1, 2, 3, 5]])  # node 3 reads 2, 1, 0; node 5 is far
+
+    class Divided(torch.nn.Module):
+        def __init__(self, gate):
+            super().__init__()
+            self.lin, self.c = torch.nn.Linear(3, 4, bias=False), GCNConv(4, 4, bias=False)
+            self.head = torch.nn.Linear(4, 2, bias=False)
+            self.register_buffer("gate", gate)
+
+        def forward(self, x, edge_index):
+            return self.head(self.c(self.lin(x).relu() / self.gate[:, None], edge_index).relu())
+
+    def build(value):
+        gate = torch.ones(6, dtype=torch.float64)
+        gate[5] = value
+        torch.manual_seed(1)
+        return Divided(gate).double().eval()
+
+    reference = build(float("inf"))
+    x_ = x.clone().requires_grad_()
+    out = reference(x_, edge_index)
+    (grad,) = torch.autograd.grad(out[3, int(out[3].argmax())], x_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = lrp.explain(build(far), x, edge_index, index=3, rules=lrp.rules.Epsilon(0.0), subgraph=False)
+    torch.testing.assert_close(found.node_mask, (x_ * grad).detach(), rtol=1e-9, atol=1e-12)

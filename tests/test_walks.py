@@ -739,3 +739,16 @@ def test_a_nan_the_target_does_not_read_leaves_walks_as_they_are():
     torch.testing.assert_close(found.relevance, clean.relevance, rtol=1e-12, atol=1e-15)
     assert lrp.subgraph_relevance(model, x, ei, [0, 1, 2], 0, target=torch.tensor(0)) == \
         pytest.approx(clean_set, rel=1e-12)
+
+
+def test_walks_of_a_non_finite_output_are_refused_by_name():
+    """A NaN the target reads makes its score NaN: walks and subgraph
+    relevance say so (before: 'atol must be greater than or equal to zero')."""
+    x, ei = graph(7, 0.35, seed=13)
+    model = model_of("GCN", seed=13, channels=(3, 4, 4, 3))
+    x = x.clone()
+    x[:, 0] = float("nan")
+    with pytest.raises(ValueError, match="index: the output explained, row 2, is not finite"):
+        lrp.walks(model, x, ei, 2)
+    with pytest.raises(ValueError, match="is not finite"):
+        lrp.subgraph_relevance(model, x, ei, [1, 2], 2)

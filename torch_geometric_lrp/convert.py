@@ -49,6 +49,7 @@ _SUPPORTED: set[type] = {
     # recurrent and attention modules, explained with their own rules (recurrent.py, attention.py;
     # tests/test_recurrent.py)
     torch.nn.LSTM, torch.nn.GRU, torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.MultiheadAttention,
+    torch.nn.modules.linear.NonDynamicallyQuantizableLinear,  # MultiheadAttention's out_proj: a Linear
     # PyG building blocks
     pyg_nn.Linear, pyg_nn.MLP, pyg_nn.MetaLayer, pyg_nn.BatchNorm, pyg_nn.JumpingKnowledge,
     SumAggregation, MeanAggregation, MaxAggregation, MinAggregation,

@@ -397,6 +397,11 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         place = torch.tensor([index], device=out.device) if c is None else c.index
         rows = torch.tensor([index], device=out.device)
         seed, explained = seed_of(p.logits, place, rows, n, checked, mode)
+        if not bool(torch.isfinite(seed).all()):
+            raise ValueError(f"index: the output explained, row {index}, is not finite "
+                             f"({seed.sum().item():.6g}): the model's output there depends on an inf or NaN (an "
+                             f"input, an overflow), so its relevance has no walks. lrp.explain shows it with its "
+                             f"non-finite relevance.")
         # integer x: relevance starts at its embedding lookups (their outputs are level 0)
         inputs = (p.x,) if p.x.is_floating_point() else tuple(t for name, _, t in p.mode.lookups if name == "x")
         steps = _Steps(inputs, levels, out, seed.view_as(out))

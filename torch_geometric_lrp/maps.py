@@ -119,7 +119,7 @@ def constant(value: Tensor, label: str) -> Tensor:
 
 
 class _Guarded(Function):
-    """A linear op whose gate operands hold inf / NaN (:func:`guarded`)."""
+    """A linear op whose gate operands hold inf / NaN, or a divisor 0 (:func:`guarded`)."""
 
     @staticmethod
     def forward(ctx, run, tensors, signals, gates, divides, *values):
@@ -133,8 +133,8 @@ class _Guarded(Function):
         finite, reach = list(ctx.tensors), list(ctx.tensors)
         for i in ctx.gates:
             gate = ctx.tensors[i]
-            # a divisor inf passes 0 (its gradient is exact): only NaN is bad there
-            bad = torch.isnan(gate) if ctx.divides else ~torch.isfinite(gate)
+            # a divisor inf passes 0 (its gradient is exact): NaN and 0 (a factor 1 / 0) are bad there
+            bad = (torch.isnan(gate) | (gate == 0)) if ctx.divides else ~torch.isfinite(gate)
             # the op with such entries contributing nothing (a factor 0; a divisor inf), and with only them
             # (a factor 1 there, 0 elsewhere): where the latter meets a non-zero gradient, the relevance
             # really does pass such an entry, and is NaN

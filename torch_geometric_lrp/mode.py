@@ -1026,7 +1026,8 @@ def _guarding(fn: Callable, roles: list, divides: bool) -> Callable:
         tensors = [t for t, _ in _tensors_of(args, kwargs)]
         gates = [i for i, r in enumerate(roles) if r == "gate" and i < len(tensors)
                  and tensors[i].is_floating_point() and tensors[i].layout == torch.strided]
-        if all(bool(torch.isfinite(tensors[i]).all()) for i in gates):
+        if all(bool(torch.isfinite(tensors[i]).all()) and not (divides and bool((tensors[i] == 0).any()))
+               for i in gates):
             return fn(*args, **kwargs)
 
         def run(values: list) -> Tensor:
@@ -1406,12 +1407,14 @@ class RelevanceMode(TorchFunctionMode):
             # so that what the constant absorbs is measured.)
             return NotImplemented
         infos = [self.gate_info(t) for t, r in operands if r == "signal"] if self._gates else [None]
-        if any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and not bool(torch.isfinite(t).all())
-               for t, r in operands):
-            # A gate with inf / NaN entries (attention over a NaN feature, a NaN edge weight): the op runs on
-            # them as the model's does; its backward reads 0 relevance times such an entry as 0 (maps.guarded),
-            # so that NaN does not spread into rows the output does not depend on.
-            fn = _guarding(fn, [r for _, r in operands], name.startswith(_DIVISIONS))
+        divides = name.startswith(_DIVISIONS)
+        if any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and (
+                not bool(torch.isfinite(t).all()) or (divides and bool((t == 0).any()))) for t, r in operands):
+            # A gate with inf / NaN entries (attention over a NaN feature, a NaN edge weight; a divisor 0,
+            # the degree of an isolated node): the op runs on them as the model's does; its backward reads
+            # 0 relevance times such an entry as 0 (maps.guarded), so that NaN does not spread into rows
+            # the output does not depend on.
+            fn = _guarding(fn, [r for _, r in operands], divides)
             self.nonfinite_gates = True
         out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
         if None not in infos and not (name in _MIXING and any(r == "weight" for _, r in operands)):
