@@ -65,7 +65,7 @@ from . import audit, maps
 from .explainers.core import Pass, Settings, check_layer_state, fall_back, resolve_task, same_output
 from .explainers.subgraph import Cut, count_hops, cut, message_flow, pays_off, slice_inputs
 from .explainers.targets import (check_edge_index, check_graph_inputs, check_rules, check_target, check_x,
-                                 is_sparse, seed_of, whole)
+                                 enum_of, is_sparse, seed_of, whole)
 from .mode import unwrap
 from .rules import Rule, nonfinite_guard
 
@@ -290,15 +290,6 @@ def _message_passing_calls(model: torch.nn.Module) -> list[MessagePassing]:
     return layers
 
 
-def _mode(mode) -> Optional[ModelMode]:
-    if mode is None:
-        return None
-    try:
-        return ModelMode(mode)
-    except ValueError:
-        raise ValueError(f"mode: must be one of {[v.value for v in ModelMode]}, got {mode!r}.") from None
-
-
 def _check_index(index, name: str = "index") -> int:
     if isinstance(index, Tensor):
         if index.numel() != 1:
@@ -327,7 +318,7 @@ def _run(model: torch.nn.Module, x: Tensor, edge_index: Tensor, index, target, r
     check_graph_inputs(x, edge_index, kwargs)
     check_rules(rules)
     index = _check_index(index)
-    settings = Settings(rules=rules, track_edges=False, strict=True, mode=_mode(mode))
+    settings = Settings(rules=rules, track_edges=False, strict=True, mode=enum_of(ModelMode, mode, "mode"))
     check_target(target, None)
     check_layer_state(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     layers = _message_passing_calls(unwrap(model))

@@ -23,22 +23,13 @@ from .core import (InFull, Relevance, Settings, _materialize, _spread, check_lay
 from .subgraph import (Cut, Incidence, count_hops, cut, cut_each, disjoint_union, message_flow, reaches_ring,
                        spelled_out_each, split)
 from .targets import (MASK_VIEWS, check_batch_size, check_edge_index, check_flags, check_graph_inputs, check_rows,
-                      check_rules, check_target, check_view, check_x, mask_rows)
+                      check_rules, check_target, check_view, check_x, enum_of, mask_rows)
 
 __all__ = ["explain", "explain_nodes", "NodeRelevance"]
 
 
-def _enum(cls, value, name: str):
-    if value is None:
-        return None
-    try:
-        return cls(value)
-    except ValueError:
-        raise ValueError(f"{name}: must be one of {[v.value for v in cls]}, got {value!r}.") from None
-
-
 def _edge_mask_type(value) -> Optional[MaskType]:
-    value = _enum(MaskType, value, "edge_mask_type")
+    value = enum_of(MaskType, value, "edge_mask_type")
     if value not in (None, MaskType.object):
         raise ValueError(f"edge_mask_type: must be 'object' or None, got {value.value!r} (edge relevance is one "
                          f"value per edge).")
@@ -116,16 +107,16 @@ def explain(
     x, edge_index = _graph_inputs(x, edge_index)
     check_x(x, categorical=True, hetero=True)
     edge_mask_type = _edge_mask_type(edge_mask_type)
-    node_mask_type = _enum(MaskType, node_mask_type, "node_mask_type")
+    node_mask_type = enum_of(MaskType, node_mask_type, "node_mask_type")
     edge_index = check_edge_index(edge_index, edge_mask_type, x)
     check_graph_inputs(x, edge_index, kwargs)
     rows = check_rows(index, None, allow_empty=False)
     check_rules(rules)
     check_view(mask)
     check_flags(strict=strict, subgraph=subgraph)
-    settings = Settings(task_level=_enum(ModelTaskLevel, task_level, "task_level"),
-                        mode=_enum(ModelMode, mode, "mode"),
-                        return_type=_enum(ModelReturnType, return_type, "return_type"),
+    settings = Settings(task_level=enum_of(ModelTaskLevel, task_level, "task_level"),
+                        mode=enum_of(ModelMode, mode, "mode"),
+                        return_type=enum_of(ModelReturnType, return_type, "return_type"),
                         rules=rules, strict=strict, subgraph=subgraph, track_edges=edge_mask_type is not None,
                         index_mask_rows=mask_rows(index))
     target = check_target(target, settings.mode)
@@ -411,7 +402,7 @@ def explain_nodes(
         raise ValueError(f"{unknown[0]}: explain_nodes cuts every model input to each target's subgraph; this "
                          f"tensor has neither one row per node ({n}) nor, named edge*, one per edge ({e}). "
                          f"Explain with lrp.explain(..., subgraph=False) instead.")
-    settings = Settings(task_level=ModelTaskLevel.node, mode=_enum(ModelMode, mode, "mode"), rules=rules,
+    settings = Settings(task_level=ModelTaskLevel.node, mode=enum_of(ModelMode, mode, "mode"), rules=rules,
                         strict=strict)
     target = check_target(target, settings.mode)
     # one entry per node is read per node first, as lrp.explain reads it (also

@@ -227,6 +227,17 @@ def _rows_of(index, num_rows: Optional[int], name: str) -> Tensor:
     return index
 
 
+def enum_of(cls, value, name: str):
+    """``value`` (a string or member) as a member of the enum ``cls``, ``None``
+    for ``None``; anything else refused naming the argument ``name``."""
+    if value is None:
+        return None
+    try:
+        return cls(value)
+    except ValueError:
+        raise ValueError(f"{name}: must be one of {[v.value for v in cls]}, got {value!r}.") from None
+
+
 def check_rules(rules) -> None:
     """``rules`` is a rule or a composite dict (see :func:`~torch_geometric_lrp.convert.resolve_rules`);
     anything else raises a ``TypeError`` naming ``rules``."""
