@@ -386,3 +386,38 @@ def test_a_layer_over_selected_columns_books_each_message_on_its_column(how):
     for h in hooks:
         h.remove()
     torch.testing.assert_close(found.edge_mask, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_a_selection_equal_to_the_last_list_keeps_its_own_columns():
+    """Layer 1 propagates over a copy of the input's edges (not followed),
+    layer 2 over the input's columns swapped where a pair repeats: both lists
+    hold the same pairs, and layer 2's messages still go to the columns they
+    came from (their edge weights differ). Reference: LRP-0's w * dS/dw."""
+    from torch_geometric.nn import GraphConv
+    import torch_geometric_lrp as lrp
+    edge_index = torch.tensor([[0, 2, 0, 3], [1, 1, 1, 1]])
+    perm = torch.tensor([2, 1, 0, 3])  # columns 0 and 2 hold the same pair
+    weight = torch.tensor([0.5, 1.0, 2.0, 1.5], dtype=torch.float64)
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GraphConv(3, 4, bias=False), GraphConv(4, 2, bias=False)
+
+        def forward(self, x, edge_index, edge_weight):
+            copy = torch.stack([edge_index[0], edge_index[1]])
+            h = self.c1(x, copy, edge_weight).relu()
+            return self.c2(h, edge_index[:, perm], edge_weight[perm])
+
+    torch.manual_seed(0)
+    model = Net().double().eval()
+    found = lrp.explain(model, x, edge_index, edge_weight=weight, index=1, target=torch.tensor([0]),
+                        rules=lrp.rules.Epsilon(0.0), subgraph=False)
+    ones = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    hooks = [model.c1.register_message_forward_hook(lambda m, i, out: out * ones.view(-1, 1)),
+             model.c2.register_message_forward_hook(lambda m, i, out: out * ones[perm].view(-1, 1))]
+    (expected,) = torch.autograd.grad(model(x, edge_index, weight)[1, 0], ones)
+    for h in hooks:
+        h.remove()
+    torch.testing.assert_close(found.edge_mask, expected, rtol=1e-9, atol=1e-12)

@@ -276,17 +276,19 @@ class EdgeRelevance:
         # what decides the routing besides the edges (heterogeneous graphs: the
         # layer's registered type and the edge types its forward got)
         context = (self._edge_type_of.get(id(layer)), self._given.get(id(layer))) if self.hetero else None
+        mode = current_mode()
+        columns = mode.columns_of(edges) if mode is not None and not self.hetero and \
+            edges is not self._inputs[None] else None
+        if columns is not None:
+            # a selection of the input's columns (one relation's edges): message k is input edge
+            # columns[k], even where another list holds the same pairs (before the last answer, which
+            # an equal list of other columns would reuse)
+            empty = edges.new_empty(0)
+            return [(None, Routing(slice(0, edges.shape[1]), columns, empty, empty, empty))]
         if self._last is not None and self._last[2] == context and (self._last[0] is edges or (
                 not self.hetero and self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
             return self._last[1]
         if not self.hetero:
-            mode = current_mode()
-            columns = mode.columns_of(edges) if mode is not None and edges is not self._inputs[None] else None
-            if columns is not None:
-                # a selection of the input's columns (one relation's edges): message k is input edge
-                # columns[k], even where another selection holds the same pair
-                empty = edges.new_empty(0)
-                return [(None, Routing(slice(0, edges.shape[1]), columns, empty, empty, empty))]
             if self._sorted is None and edges.shape[1] != self._inputs[None].shape[1]:
                 # messages over another edge list than the input (a trimmed
                 # layer, trim.py): the input's pairs sorted once for all layers
