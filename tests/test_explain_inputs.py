@@ -895,3 +895,26 @@ def test_a_divisor_of_zero_or_non_finite_the_target_does_not_read_changes_nothin
         warnings.simplefilter("error")
         found = lrp.explain(build(far), x, edge_index, index=3, rules=lrp.rules.Epsilon(0.0), subgraph=False)
     torch.testing.assert_close(found.node_mask, (x_ * grad).detach(), rtol=1e-9, atol=1e-12)
+
+
+def test_an_output_reached_only_through_held_gates_is_told_so():
+    """Cross-attention whose keys and values are learned constants: ``x``
+    reaches the output only through the attention weights, which the rules
+    hold constant. The warning names that (before: only no_grad or detached
+    tensors, which is not what happened)."""
+    class QueryOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.att = torch.nn.MultiheadAttention(4, 2)
+            self.memory = torch.nn.Parameter(torch.randn(3, 4))
+            self.lin = torch.nn.Linear(4, 2)
+
+        def forward(self, x, edge_index):
+            return self.lin(self.att(x, self.memory, self.memory, need_weights=False)[0])
+
+    torch.manual_seed(0)
+    model = QueryOnly().double().eval()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match="only through gates the rules hold constant"):
+        found = lrp.explain(model, x, torch.tensor([[0, 1], [1, 2]]), index=1, subgraph=False)
+    assert float(found.node_mask.abs().sum()) == 0.0

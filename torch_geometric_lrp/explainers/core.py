@@ -247,8 +247,10 @@ class Pass:
             self.mode.check_in_place(self.model, plain, self.out)
         if not self.out.requires_grad:
             warnings.warn(f"LRP: the output of {type(unwrap(self.model)).__name__} does not depend on the explained "
-                          f"inputs as autograd sees them (a forward under torch.no_grad(), or detached tensors), so "
-                          f"no relevance reaches them: the masks are 0 and the residual is the whole score.",
+                          f"inputs as the pass sees them (a forward under torch.no_grad(), detached tensors, or "
+                          f"inputs that reach it only through gates the rules hold constant: attention weights from "
+                          f"a query, a normalisation), so no relevance reaches them: the masks are 0 and the "
+                          f"residual is the whole score.",
                           RuntimeWarning, stacklevel=5)
         self.mode.check_functions(self.out)  # before anything reads a backward of it (walks, seeds)
         self.logits = self.mode.logits_of(self.out)
