@@ -894,3 +894,20 @@ def test_a_target_whose_check_output_is_not_finite_is_explained_on_the_full_grap
 
 
 ORIGINAL_WITH_CONTEXT = subgraph.with_context
+
+
+def test_an_isolated_target_of_a_layer_that_needs_edges_falls_back_without_a_word():
+    """``FeaStConv(add_self_loops=False)`` cannot run on the edgeless cut of
+    an isolated node; the full graph explains it, silently (the subgraph
+    only saves time), with the full graph's numbers."""
+    import warnings
+    from torch_geometric.nn import FeaStConv
+    torch.manual_seed(0)
+    model = FeaStConv(3, 3, heads=2, add_self_loops=False).double().eval()
+    x = torch.randn(6, 3, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])  # nodes 4 and 5 are isolated
+    full = lrp.explain(model, x, edge_index, index=5, subgraph=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = lrp.explain(model, x, edge_index, index=5)
+    torch.testing.assert_close(found.node_mask, full.node_mask, rtol=0, atol=0)

@@ -745,6 +745,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
                 raise  # the full graph fails too: the model's own error
             if slimmed():
                 return InFull(check if context is None else None)
+            if not run.edge_index.shape[1]:  # a layer that cannot run without edges (isolated targets): no news
+                return None
             fall_back(model, f"its forward failed on the subgraph ({type(error).__name__}: {error})")
             return None
         # a graph-level output of a one-node cut also has one row per node:
