@@ -212,7 +212,7 @@ def test_disjoint_mini_batches_give_the_full_graph_explanation():
     model = GCN().double().eval()
     data = graph()
     seeds = torch.tensor([3, 17])
-    nodes, edges, ids = [], [], []
+    nodes, ids = [], []
     for seed in seeds.tolist():
         subset, _, _, mask = k_hop_subgraph(seed, 3, data.edge_index, num_nodes=N)
         subset = torch.cat([torch.tensor([seed]), subset[subset != seed]])

@@ -1014,7 +1014,8 @@ def _is_data(name: str, key) -> bool:
         name == "scatter" and key in (3, "src") or name == "masked_scatter" and key in (2, "source")
 
 
-_DIVISIONS = ("div", "__truediv", "__itruediv", "__rtruediv", "true_divide", "divide")
+#: Ops whose second operand divides (a scalar's ``__rtruediv__`` has no signal to divide).
+_DIVISIONS = ("div", "__truediv", "__itruediv", "true_divide", "divide")
 
 
 def _guarding(fn: Callable, roles: list, divides: bool) -> Callable:
@@ -2339,7 +2340,7 @@ class _SignedOp:
         self.keyed = keyed
         self.signs = _operand_signs(name, args, kwargs, self.keyed)
         self.factors = [i for i, r in enumerate(roles) if r in ("weight", "gate")]
-        self.divides = name.startswith(("div", "__truediv", "__itruediv", "true_divide", "divide"))
+        self.divides = name.startswith(_DIVISIONS)
         # the signs each factor has (a non-negative gate, such as a degree
         # normalisation or attention, needs no run for its negative part)
         self.present = [mode._signs_of(self.keyed[i][0]) or [1] for i in self.factors]
