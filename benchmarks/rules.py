@@ -86,7 +86,6 @@ import time
 import warnings
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable
 
 import torch
 

@@ -14,7 +14,7 @@ from torch_geometric.nn import GCNConv, SAGEConv
 
 import torch_geometric_lrp as lrp
 from explain_cases import (C, DATA, F_IN, GCN, HID, N, Model, assert_conserved, assert_same_explanation, build,
-                           inputs, logits_of, lrp_explainer, one_thread_fixture, sparse_graph, spy_pass_sizes)
+                           inputs, logits_of, lrp_explainer, one_thread_fixture, sparse_graph)
 
 one_thread = pytest.fixture(autouse=True, scope="module")(one_thread_fixture)
 

@@ -8,7 +8,6 @@ import threading
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn import GCNConv, GraphConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 

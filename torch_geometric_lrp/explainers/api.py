@@ -9,7 +9,7 @@ from typing import Iterator, Optional, Union
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
-from torch_geometric.explain import Explanation, HeteroExplanation
+from torch_geometric.explain import Explanation
 from torch_geometric.explain.config import MaskType, ModelConfig, ModelMode, ModelReturnType, ModelTaskLevel
 from tqdm.auto import tqdm
 
