@@ -421,3 +421,105 @@ def test_a_selection_equal_to_the_last_list_keeps_its_own_columns():
     for h in hooks:
         h.remove()
     torch.testing.assert_close(found.edge_mask, expected, rtol=1e-9, atol=1e-12)
+
+
+class DropTwo(torch.nn.Module):
+    """Layer 1 on the graph; layer 2 on the graph without nodes 0 and 1,
+    relabelled (``subgraph(relabel_nodes=True)``): its pairs, renumbered,
+    equal the input's first pairs."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = GraphConv(3, 4, bias=False), GraphConv(4, 4, bias=False)
+        self.head = torch.nn.Linear(4, 2, bias=False)
+
+    def forward(self, x, edge_index, weight=None):
+        from torch_geometric.nn import global_add_pool
+        from torch_geometric.utils import subgraph
+        h = self.c1(x, edge_index, weight).relu()
+        keep = torch.arange(2, x.shape[0])
+        kept, _ = subgraph(keep, edge_index, relabel_nodes=True, num_nodes=x.shape[0])
+        return self.head(global_add_pool(self.c2(h[keep], kept).relu(), None))
+
+
+def test_pairs_of_a_relabelled_graph_are_on_no_input_edge():
+    """Layer 2's pairs (0, 1), (1, 0), ... join relabelled nodes 2, 3, ...: no
+    input edge, although the same ids are. edge_mask holds layer 1's messages
+    only (LRP-0: the gradient of a multiplier on each of its messages), and a
+    warning names the pooled graph. Before, layer 2's messages were added
+    onto input edges (0, 1) and (1, 0), whose ends it dropped."""
+    torch.manual_seed(0)
+    model = DropTwo().to(DTYPE).eval()
+    x = torch.randn(6, 3, dtype=DTYPE)
+    ring = torch.arange(6)
+    edge_index = torch.stack([torch.cat([ring, (ring + 1) % 6]), torch.cat([(ring + 1) % 6, ring])])
+    with pytest.warns(RuntimeWarning, match="TopKPooling"):
+        e = lrp.explain(model, x, edge_index, index=0, target=torch.tensor([1]), rules=lrp.rules.Epsilon(0.0))
+    torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 0, 1), rtol=1e-9, atol=1e-12)
+
+
+class Pooled(torch.nn.Module):
+    def __init__(self, conv):
+        super().__init__()
+        from torch_geometric.nn import TopKPooling
+        self.c1, self.pool, self.c2 = GraphConv(3, 8), TopKPooling(8, ratio=0.5), conv
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x, edge_index, batch):
+        from torch_geometric.nn import global_mean_pool
+        h = self.c1(x, edge_index).relu()
+        h, edge_index, _, batch, _, _ = self.pool(h, edge_index, batch=batch)
+        return self.head(global_mean_pool(self.c2(h, edge_index).relu(), batch))
+
+
+@pytest.mark.parametrize("conv", ["GraphConv", "GCNConv"])
+def test_a_pooled_graph_puts_no_edge_or_self_loop_relevance_on_other_graphs(conv):
+    """TopKPooling in a batch of four rings: explaining graph g books nothing
+    on the other graphs' edges or self-loops (their nodes get 0 already);
+    the pooled graph's node ids once matched other graphs' input pairs."""
+    from torch_geometric.nn import GCNConv
+    sizes = [6, 8, 5, 7]
+    rings, batch, start = [], [], 0
+    for g, n in enumerate(sizes):
+        ring = torch.arange(n)
+        rings.append(torch.stack([torch.cat([ring, (ring + 1) % n]), torch.cat([(ring + 1) % n, ring])]) + start)
+        batch.append(torch.full((n,), g))
+        start += n
+    edge_index, batch = torch.cat(rings, 1), torch.cat(batch)
+    x = torch.randn(start, 3, generator=torch.Generator().manual_seed(1), dtype=DTYPE)
+    torch.manual_seed(0)
+    model = Pooled(GraphConv(8, 8) if conv == "GraphConv" else GCNConv(8, 8)).to(DTYPE).eval()
+    for g in range(len(sizes)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            e = lrp.explain(model, x, edge_index, index=g, batch=batch)
+        outside = batch[edge_index[0]] != g
+        assert e.edge_mask[outside].abs().max() == 0
+        assert e.self_loop_relevance[batch != g].abs().max() == 0
+        assert e.node_mask[batch != g].abs().max() == 0
+        assert e.edge_mask[~outside].abs().max() > 0
+
+
+def test_a_layer_over_a_narrowed_prefix_keeps_its_input_edges():
+    """PyG's trim_to_layer pattern: layer 2 propagates into the first nodes
+    over the first input columns (``narrow``): the same ids, booked on those
+    edges without a warning (LRP-0 reference: a multiplier's gradient)."""
+    class Trimmed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GraphConv(3, 4, bias=False), GraphConv(4, 2, bias=False)
+
+        def forward(self, x, edge_index, weight=None):
+            h = self.c1(x, edge_index, weight).relu()
+            w = None if weight is None else weight.narrow(0, 0, 4)
+            return self.c2(h.narrow(0, 0, 3), edge_index.narrow(1, 0, 4), w)
+
+    torch.manual_seed(0)
+    model = Trimmed().to(DTYPE)
+    x = torch.rand(6, 3, dtype=DTYPE)
+    edge_index = torch.tensor([[1, 2, 0, 1, 3, 4, 5, 3], [0, 1, 2, 2, 1, 0, 2, 5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0),
+                        subgraph=False, task_level="node")
+    torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 1, 0), rtol=1e-9, atol=1e-12)

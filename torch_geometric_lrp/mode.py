@@ -908,7 +908,8 @@ _AUTOGRAD_METADATA = frozenset({"requires_grad.__get__", "is_leaf.__get__", "gra
 _METADATA_FUNCS: set = set()
 # selections of an edge list's columns that RelevanceMode.track_columns follows
 _COLUMN_SELECTIONS = frozenset({Tensor.__getitem__, Tensor.index_select, torch.index_select,
-                                torch._C._VariableFunctions.index_select})  # (PyG wraps torch.index_select)
+                                torch._C._VariableFunctions.index_select,  # (PyG wraps torch.index_select)
+                                Tensor.narrow, torch.narrow})
 _BATCH_NORM_ROLES = {1: "gate", "running_mean": "gate", 2: "gate", "running_var": "gate",
                      3: "weight", "weight": "weight", 4: "bias", "bias": "bias"}
 
@@ -1973,8 +1974,9 @@ class RelevanceMode(TorchFunctionMode):
     def track_columns(self, edges: Optional[Tensor]) -> None:
         """From here on, follow which columns of ``edges`` (``[2, E]``) the
         forward selects: ``edges[:, mask]``, ``edges[:, index]``,
-        ``edges.index_select(1, index)`` and selections of those, as
-        ``RGCNConv`` and ``FiLMConv`` propagate over each relation's edges.
+        ``edges.index_select(1, index)``, ``edges.narrow(1, start, length)``
+        and selections of those, as ``RGCNConv`` and ``FiLMConv`` propagate
+        over each relation's edges and PyG's ``trim_to_layer`` over fewer.
         :meth:`columns_of` tells them (a pair that two relations share is
         then no longer ambiguous). ``None`` stops it."""
         if edges is None:
@@ -1997,6 +1999,11 @@ class RelevanceMode(TorchFunctionMode):
             key = args[1] if len(args) > 1 else None
             picked = key[1] if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], slice) \
                 and key[0] == slice(None) else None
+        elif func is Tensor.narrow or func is torch.narrow:  # narrow(source, dim, start, length)
+            given = {**dict(zip(("dim", "start", "length"), args[1:])), **kwargs}
+            dim, start, length = given.get("dim"), given.get("start"), given.get("length")
+            picked = slice(int(start), int(start) + int(length)) if dim in (1, -1) and \
+                isinstance(start, (int, Tensor)) and isinstance(length, int) else None
         else:  # index_select(source, dim, index)
             dim = args[1] if len(args) > 1 else kwargs.get("dim")
             index = args[2] if len(args) > 2 else kwargs.get("index")

@@ -332,8 +332,9 @@ class Pass:
         layers = ", ".join(dict.fromkeys(edges.unmatched_layers))
         warnings.warn(f"LRP: messages of {layers} in {type(unwrap(self.model)).__name__} went over edges that are "
                       f"neither input edges nor self-loops (edges the model builds itself, e.g. with to_undirected "
-                      f"or knn_graph, or pairs into other nodes than the graph's, as AttentiveFP's readout into "
-                      f"one node per graph); their relevance ({edges.unmatched:.3g}, magnitude {magnitude:.3g}) is in the "
+                      f"or knn_graph; pairs of a graph with other nodes than the input's, as after TopKPooling, "
+                      f"SAGPooling or subgraph(relabel_nodes=True); or pairs into other nodes than the graph's, as "
+                      f"AttentiveFP's readout into one node per graph); their relevance ({edges.unmatched:.3g}, magnitude {magnitude:.3g}) is in the "
                       f"node masks but has no entry in edge_mask. Pass the edges the model propagates over as "
                       f"edge_index to see it per edge.", RuntimeWarning, stacklevel=4)
 

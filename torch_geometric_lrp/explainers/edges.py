@@ -342,10 +342,25 @@ class EdgeRelevance:
         into = self._into.get(id(layer))
         dim_size = inputs[0].get("dim_size") if inputs and isinstance(inputs[0], dict) else None
         if into is not None and isinstance(dim_size, int) and dim_size != self._num_nodes:
-            # fewer nodes from the same set: PyG's trim_to_layer (a prefix of the graph's nodes, whose
-            # messages are input edges); more, or another set than the sources: not the graph's nodes
+            # more nodes, or another set than the sources: not the graph's nodes
             into["other"] = dim_size > self._num_nodes or self._bipartite.get(id(layer), False)
+            if not into["other"]:
+                # Fewer nodes: PyG's trim_to_layer keeps a prefix of the graph's nodes and edges (ids
+                # unchanged); pooling (TopKPooling, SAGPooling, EdgePooling) or subgraph(relabel_nodes=True)
+                # numbers the nodes anew, where a pair (i, j) is no longer input edge (i, j).
+                into["renumbered"] = not self._same_numbering(self._current.get(id(layer)))
         return None
+
+    def _same_numbering(self, edges: Optional[Tensor]) -> bool:
+        """Whether ``edges``, propagated into fewer nodes than the graph has,
+        still use the graph's node ids: the input's edges, or a selection of
+        its columns that the pass followed (PyG's ``trim_to_layer`` narrows
+        them). Other pairs may be numbered anew, even where they equal input
+        pairs, so they are not matched."""
+        if edges is None or edges is self._inputs[None]:
+            return True
+        mode = current_mode()
+        return mode is not None and mode.columns_of(edges) is not None
 
     def _book_unmatched(self, layer, relevance: Tensor) -> None:
         if relevance.numel():
@@ -367,6 +382,9 @@ class EdgeRelevance:
         def collect(relevance: Tensor) -> None:
             dims = [d for d in range(relevance.dim()) if d != node_dim]
             per_message = (relevance.sum(dim=dims) if dims else relevance).double()
+            if into.get("renumbered"):  # a pooled or relabelled graph: its pairs are no input edges
+                self._book_unmatched(layer, per_message)
+                return
             if into.get("other") and not all(isinstance(r.message, slice) for _, r in located):
                 # into other nodes than the graph's (a readout) over pairs of its own: on no input edge.
                 # (Messages that start with the input edges, in order, are those edges: a virtual node's
