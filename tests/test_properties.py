@@ -55,7 +55,7 @@ def test_add_conserves(seed, n, f, broadcast):
 
 
 @SETTINGS
-@given(seeds, sizes, sizes, sizes, st.sampled_from([None, 0, 1, 2, (0, 2), -1]),
+@given(seeds, sizes, sizes, sizes, st.sampled_from([None, 0, 1, 2, (0, 2), -1, ()]),
        st.booleans(), st.sampled_from([L.sum, L.mean]))
 def test_sum_and_mean_conserve(seed, a, b, c, dim, keepdim, op):
     g = torch.Generator().manual_seed(seed)

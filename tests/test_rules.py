@@ -154,6 +154,9 @@ def test_negative_gamma_is_rejected():
     (lambda: rules.ZBox(torch.zeros(3), torch.tensor([1.0, -1.0, 1.0])), ValueError, "low <= high"),
     (lambda: rules.ZBox(float("-inf"), 1.0), ValueError, "finite"),
     (lambda: rules.ZBox(torch.zeros(3), torch.ones(2)), TypeError, "broadcast"),
+    # a bound per node: cuts, batches and row blocks would put it on other rows
+    (lambda: rules.ZBox(torch.zeros(4, 3), torch.ones(3)), ValueError, r"low of shape \(4, 3\) varies"),
+    (lambda: rules.ZBox(0.0, torch.ones(2, 1, 3)), ValueError, "high of shape"),
 ])
 def test_rule_parameters_are_checked(make, error, match):
     """A negative or non-finite stabiliser, gamma, alpha or beta, or box
@@ -217,3 +220,47 @@ def test_zbox_rules_with_tensor_bounds_compare_as_rules(same):
     torch.testing.assert_close(a.node_mask, b.node_mask, rtol=1e-12, atol=1e-15)
     assert (as_tensors["l1"] == as_tensors["l2"]) == same
     assert hash(ZBox(torch.zeros(3), torch.ones(3))) == hash(ZBox(torch.zeros(3), torch.ones(3)))
+
+
+def test_parameters_of_other_number_types_become_floats():
+    """A Fraction (or numpy scalar) passes the number check; it is kept as a
+    float, which the tensors of the backward take (a Fraction made torch
+    raise there, naming no parameter)."""
+    from fractions import Fraction
+    rule = rules.AlphaBeta(Fraction(3, 2), Fraction(1, 2))
+    assert type(rule.alpha) is float and rule.alpha == 1.5 and rule.beta == 0.5
+    assert rules.Gamma(Fraction(1, 4)) == rules.Gamma(0.25)
+    x = torch.tensor([[1.0, -2.0]], requires_grad=True)
+    L.linear(x, torch.tensor([[1.0, 0.5], [-1.0, 2.0]]), rule=rules.Epsilon(Fraction(1, 10))).sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
+def test_a_box_with_per_feature_bounds_is_kept():
+    rule = rules.ZBox(torch.zeros(1, 3), torch.ones(3))
+    assert rule.low.shape == (1, 3)
+
+
+def test_the_pass_rule_hands_back_its_own_tensor():
+    """x.grad after Pass is not the caller's seed: zeroing the grad, or a
+    second backward accumulating into it, left the seed changed."""
+    x = torch.randn(2, 3, requires_grad=True)
+    seed = torch.ones(2, 3)
+    L.linear(x, torch.eye(3), rule=rules.Pass()).backward(seed)
+    x.grad.zero_()
+    assert torch.equal(seed, torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("rule", ["epsilon", rules.Epsilon, {"lin": rules.Epsilon()}])
+def test_functional_linear_refuses_what_is_no_rule(rule):
+    with pytest.raises(TypeError, match="linear: rule must be a rule instance"):
+        L.linear(torch.randn(2, 3), torch.randn(4, 3), rule=rule)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_sum_and_mean_over_no_dims_reduce_everything_as_torch_does(op):
+    x = torch.arange(1.0, 7.0).view(2, 3).requires_grad_()
+    out = getattr(L, op)(x, dim=())
+    expected = getattr(x.detach(), op)(dim=())
+    assert out.shape == expected.shape and torch.equal(out.detach(), expected)
+    out.backward(torch.tensor(2.0))
+    torch.testing.assert_close(x.grad, 2.0 * x.detach() / x.detach().sum())

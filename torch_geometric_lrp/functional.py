@@ -118,9 +118,9 @@ def add(a: Tensor, b: Union[Tensor, float]) -> Tensor:
 
 
 def _dims(dim, ndim: int) -> tuple[int, ...]:
-    if dim is None:
+    dims = (dim,) if isinstance(dim, int) else None if dim is None else tuple(dim)
+    if not dims:  # None or (): every dimension, as torch's sum and mean read them
         return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
     return tuple(sorted(d % ndim for d in dims))
 
 
@@ -205,6 +205,9 @@ def linear(
 
     No relevance is given to ``weight`` or ``bias``: the bias absorbs its share.
     """
+    if rule is not None and not isinstance(rule, Rule):
+        raise TypeError(f"linear: rule must be a rule instance from torch_geometric_lrp.rules (e.g. "
+                        f"lrp.rules.Epsilon()), got {rule!r}.")
     if x.shape[-1] != weight.shape[-1]:
         raise ValueError(
             f"linear: x has {x.shape[-1]} features in its last dimension but weight "

@@ -306,6 +306,8 @@ def _check_parameters(rule: Rule, *names: str) -> None:
                             f"{value!r}.")
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{type(rule).__name__}: {name} must be a finite number >= 0, got {name}={value}.")
+        if type(value) not in (int, float):  # a Fraction or numpy scalar: the tensors of the pass take floats
+            object.__setattr__(rule, name, float(value))
 
 
 @dataclass(frozen=True)
@@ -512,7 +514,8 @@ class ZBox(Rule):
 
     Three streams, :math:`(x, W)`, :math:`(l, W^+)` and :math:`(h, W^-)`, all
     without bias (no relevance is absorbed by it). ``low`` and ``high`` are
-    floats or tensors broadcastable to the input.
+    numbers or one bound per input feature (shape ``[F]``): the same for
+    every row (node), as the explainers cut and batch rows.
     """
 
     low: Union[float, Tensor] = 0.0
@@ -530,6 +533,14 @@ class ZBox(Rule):
         if not (bool(torch.isfinite(low).all()) and bool(torch.isfinite(high).all())) or not ordered:
             raise ValueError(f"ZBox: the bounds must be finite with low <= high everywhere, got low={self.low!r}, "
                              f"high={self.high!r}.")
+        for name, bound in (("low", low), ("high", high)):
+            if any(size != 1 for size in bound.shape[:-1]):
+                # A rule treats the rows of a map alike: explanations cut the graph to a target's
+                # subgraph, batch copies of it and split rows into blocks, which a bound per row
+                # would not follow (it would land on other nodes).
+                raise ValueError(f"ZBox: {name} of shape {tuple(bound.shape)} varies along a dimension other "
+                                 f"than the last (the features): give one bound per input feature (shape [F]) "
+                                 f"or a number.")
 
     def __eq__(self, other) -> bool:
         # the generated __eq__ compares tensor bounds with ==, which is no bool: two ZBox are one rule
@@ -589,4 +600,4 @@ class Pass(Rule):
                 f"got input {tuple(x.shape)} and output {tuple(relevance.shape)}. "
                 f"Use Epsilon(), Gamma() or AlphaBeta() for this layer."
             )
-        return relevance, None
+        return relevance.clone(), None  # a copy: autograd may keep it as an input's .grad
