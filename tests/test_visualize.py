@@ -520,3 +520,43 @@ def test_walks_along_no_edge_of_the_graph_given_are_refused():
     lrp.visualize_walks(walks, full.flip(0))  # target_to_source: the edges reversed
     with pytest.raises(ValueError, match=r"edge_index: the walks step along 1 node pairs .* \(first 3 -> 2\)"):
         lrp.visualize_walks(walks, full[:, :2])
+
+
+def test_a_target_to_source_model_is_drawn_along_its_flow():
+    """A GraphConv(flow='target_to_source') model on the chain 0 -> 1 -> ... -> 4
+    explains node 1 from nodes 2 and 3 (it reads along the edges' direction):
+    those are drawn, node 0 (zero relevance, upstream) is not. Before, the
+    picture searched the neighbourhood against the edges and drew 0 and 1."""
+    from torch_geometric.nn import GraphConv
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = GraphConv(2, 3, flow="target_to_source")
+            self.c2 = GraphConv(3, 2, flow="target_to_source")
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    torch.manual_seed(0)
+    x = torch.rand(5, 2)
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    explanation = lrp.explain(Chain(), x, edge_index, index=1)
+    assert explanation.flow == "target_to_source"
+    assert set(explanation.node_mask.abs().sum(-1).nonzero().view(-1).tolist()) <= {1, 2, 3}
+    fig = lrp.visualize_graph(explanation, node_labels=True)
+    labels = {t.get_text() for t in fig.axes[0].texts}
+    assert {"1", "2", "3"} <= labels and "0" not in labels and "4" not in labels
+
+
+def test_walks_are_drawn_with_a_label_for_every_node_of_their_graph():
+    walks = lrp.Walks(walks=torch.tensor([[0, 1, 2]]), relevance=torch.tensor([1.0]), score=1.0,
+                      relevance_total=1.0, num_walks=1, index=2, target=torch.tensor(0), num_nodes=6,
+                      edge_index=torch.tensor([[0, 1, 3], [1, 2, 4]]))
+    fig = lrp.visualize_walks(walks, walks.edge_index, node_labels=[f"n{i}" for i in range(6)])
+    assert {"n0", "n1", "n2"} <= {t.get_text() for t in fig.axes[0].texts}
+
+
+def test_features_of_a_mask_without_columns_are_refused_by_name():
+    with pytest.raises(ValueError, match="node_mask has no feature columns"):
+        lrp.visualize_features(Explanation(node_mask=torch.zeros(3, 0)))

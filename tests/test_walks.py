@@ -752,3 +752,52 @@ def test_walks_of_a_non_finite_output_are_refused_by_name():
         lrp.walks(model, x, ei, 2)
     with pytest.raises(ValueError, match="is not finite"):
         lrp.subgraph_relevance(model, x, ei, [1, 2], 2)
+
+
+def test_graph_level_walks_as_an_explanation_keep_their_graph():
+    """to_explanation of a graph-level target carries the task level and the
+    batch (as lrp.explain's does): pictures drew it as node 1 of graph 0."""
+    from torch_geometric_lrp.visualize import _as_graph
+    x, ei = graph(10, 0.3, seed=7)
+    ei = ei[:, (ei < 5).all(0) | (ei >= 5).all(0)]
+    batch = torch.tensor([0] * 5 + [1] * 5)
+    w = lrp.walks(model_of("GIN", seed=7, channels=(3, 4, 4), head=2), x, ei, 1, batch=batch)
+    explanation = w.to_explanation(x)
+    assert explanation._model_config.task_level.value == "graph"
+    assert torch.equal(explanation.batch, batch)
+    drawn = _as_graph(explanation)
+    assert drawn.targets.numel() == 0 and torch.equal(drawn.members, batch == 1)
+
+
+def test_walk_edge_masks_of_an_int32_graph_of_many_nodes():
+    """Keys source * N + target pass 2**31 at N = 50,000: with an int32
+    edge_index they wrapped, and steps matched no edge."""
+    n = 50_000
+    edge_index = torch.tensor([[40_000, n - 1], [n - 1, n - 1]], dtype=torch.int32)
+    w = lrp.Walks(walks=torch.tensor([[40_000, n - 1, n - 1]]), relevance=torch.tensor([0.5], dtype=torch.float64),
+                  score=0.5, relevance_total=0.5, num_walks=1, index=n - 1, target=torch.tensor(0), num_nodes=n,
+                  edge_index=edge_index)
+    edge, loops = w.edge_mask()
+    assert edge.tolist() == [0.5, 0.5] and float(loops.abs().sum()) == 0
+
+
+def test_best_first_search_in_float32_keeps_the_order_of_magnitudes():
+    """A bound rounded in float32 fell one unit below a walk's value, which
+    then came one place late (dense graph: the best-first search runs)."""
+    import torch_geometric_lrp.higher_order as ho
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(10, 2, generator=g, dtype=torch.float64)
+    pairs = [(i, j) for i in range(10) for j in range(i + 1, 10) if torch.rand(1, generator=g).item() < 0.7]
+    ei = torch.tensor(pairs + [(j, i) for i, j in pairs]).t()
+    torch.manual_seed(12)
+    model = Net("GCN", bias=False, channels=(2, 2, 2, 2)).eval()
+    searched = []
+    search = ho._search
+    try:
+        ho._search = lambda *a, **k: (searched.append(1), search(*a, **k))[1]
+        w = lrp.walks(model, x.float(), ei, 0, rules=Epsilon(0), top_k=17)
+    finally:
+        ho._search = search
+    assert searched
+    magnitudes = w.relevance.abs()
+    assert bool((magnitudes[:-1] >= magnitudes[1:]).all())

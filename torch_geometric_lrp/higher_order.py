@@ -58,7 +58,7 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor
 from torch_geometric.explain import Explanation
-from torch_geometric.explain.config import ModelMode, ModelTaskLevel
+from torch_geometric.explain.config import ModelConfig, ModelMode, ModelTaskLevel
 from torch_geometric.nn import DirGNNConv, MessagePassing
 
 from . import audit, maps
@@ -113,6 +113,8 @@ class Walks:
     edge_index: Tensor
     flow: str = "source_to_target"
     node_relevance: Tensor = field(default=None, repr=False)  # first-order relevance of x, per node
+    config: Optional[ModelConfig] = field(default=None, repr=False)  # task level, mode and return type
+    batch: Optional[Tensor] = field(default=None, repr=False)  # graph level: the graph of each node
 
     def __len__(self) -> int:
         return self.walks.shape[0]
@@ -147,7 +149,8 @@ class Walks:
         if self.flow == "target_to_source":
             src, dst = dst, src
         value = self._values(absolute)[:, None].expand(-1, self.walks.shape[1] - 1).reshape(-1)
-        step_key, edge_key = src * n + dst, self.edge_index[0] * n + self.edge_index[1]
+        edges = self.edge_index.long()  # keys up to n**2: an int32 edge_index would overflow
+        step_key, edge_key = src.long() * n + dst.long(), edges[0] * n + edges[1]
         keys, inverse = torch.unique(edge_key, return_inverse=True)
         per_key = torch.zeros(keys.numel(), dtype=dtype, device=device)
         if keys.numel():
@@ -172,6 +175,12 @@ class Walks:
         explanation = Explanation(node_mask=self.node_mask(absolute)[:, None], edge_mask=edge, x=x,
                                   edge_index=self.edge_index)
         explanation.self_loop_relevance = loops
+        if self.config is not None:  # as lrp.explain records it: pictures and PyG's tools read the task level
+            explanation._model_config = self.config
+        if self.batch is not None:
+            explanation.batch = self.batch
+        if self.flow != "source_to_target":
+            explanation.flow = self.flow
         explanation.index = self.index
         explanation.target = self.target
         explanation.score = self.score
@@ -374,7 +383,8 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         full = None if c is None else p.plain(x, edge_index, kwargs)
         if c is not None and (out.shape[0] != c.num_nodes or full.shape[0] != n):
             return None  # not node-level: the whole input
-        level, mode, _ = resolve_task(p, settings, rows_n, edge_index if c is None else c.edge_index, inputs)
+        level, mode, return_type = resolve_task(p, settings, rows_n, edge_index if c is None else c.edge_index,
+                                                inputs)
         if level == ModelTaskLevel.edge:
             raise ValueError("task_level: walks explain node- and graph-level outputs; this model is edge-level.")
         if c is not None and level != ModelTaskLevel.node:
@@ -411,7 +421,9 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
             return None
         info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
                     start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n, reached=reached,
-                    messages=[torch.cat(pairs, dim=1) if pairs else None for pairs in messages])
+                    messages=[torch.cat(pairs, dim=1) if pairs else None for pairs in messages],
+                    config=ModelConfig(mode=mode, task_level=level, return_type=return_type),
+                    batch=kwargs.get("batch") if level == ModelTaskLevel.graph else None)
         with audit.suspended():
             return body(steps, info)
 
@@ -464,7 +476,8 @@ def _message_pairs(edge_index, flow: str) -> Tensor:
     passes, from its ``edge_index`` (a ``[2, E]`` tensor, or a sparse
     adjacency ``adj_t`` with ``adj_t[target, source]``)."""
     if isinstance(edge_index, Tensor) and edge_index.layout == torch.strided:
-        return edge_index.detach() if flow == "source_to_target" else edge_index.detach().flip(0)
+        pairs = edge_index.detach().long()  # int64: node-pair keys reach n**2
+        return pairs if flow == "source_to_target" else pairs.flip(0)
     if isinstance(edge_index, Tensor):  # torch.sparse adj_t
         target, source = edge_index.coalesce().indices() if edge_index.layout == torch.sparse_coo else \
             edge_index.to_sparse_coo().coalesce().indices()
@@ -614,7 +627,10 @@ def _search(steps: _Steps, structure, start: Tensor, k: int) -> tuple[Tensor, Te
 
     (element-wise maxima of non-negative vectors), a max-product dynamic
     programme over the levels. A partial walk is expanded only while its
-    bound can still beat the ``k``-th best complete walk.
+    bound can still beat the ``k``-th best complete walk. The bounds are
+    raised by a few hundred rounding units: computed in the pass's dtype, a
+    bound summed in another order than a walk's value could fall a unit below
+    it (float32: walks one rounding step out of order).
     """
     n, depth = steps.n, steps.depth
     bounds: list = [None] * (depth + 1)  # bounds[m]: h_m, per row of level m
@@ -623,6 +639,8 @@ def _search(steps: _Steps, structure, start: Tensor, k: int) -> tuple[Tensor, Te
         below = b.abs().sum(dim=1) if m == 1 else torch.bmm(bounds[m - 1][j][:, None, :], b.abs())[:, 0]
         h = torch.zeros(n, b.shape[2], dtype=b.dtype, device=b.device)
         bounds[m] = h.scatter_reduce(0, i[:, None].expand_as(below), below, reduce="amax", include_self=True)
+    slack = 1.0 + 256 * torch.finfo(start.dtype).eps
+    bounds = [None if h is None else h * slack for h in bounds]
     csr = [None] + [_by_row(j, i, n) for j, i, _ in structure]
     tie = itertools.count()
     heap: list = []
@@ -752,7 +770,8 @@ def walks(
         return Walks(walks=paths.to(x.device), relevance=values.detach(), score=info["score"],
                      relevance_total=first.sum(dtype=torch.float64).item(), num_walks=total,
                      index=info["index"], target=info["target"], num_nodes=x.shape[0], edge_index=edge_index,
-                     flow=message_flow(model), node_relevance=node_relevance)
+                     flow=message_flow(model), node_relevance=node_relevance, config=info["config"],
+                     batch=info["batch"])
 
     return _run(model, x, edge_index, index, target, rules, mode, kwargs, body)
 

@@ -112,6 +112,7 @@ class _Graph:
     pairs: Tensor  # [2, T] explained edges (edge-level targets)
     members: Optional[Tensor]  # [N] bool: nodes of the explained graphs (graph-level), None: all
     name: str  # what is explained, for the title
+    flow: str = "source_to_target"  # the model's message flow (explanation.flow where lrp kept it)
 
     @property
     def num_nodes(self) -> int:
@@ -227,7 +228,7 @@ def _homogeneous(explanation: Data) -> _Graph:
         members = torch.isin(explanation.batch.detach().cpu(), graphs)
         name = _named([str(i) for i in graphs.tolist()], "graph")
     return _Graph(edge_index, nodes, edges, torch.zeros(n, dtype=torch.long), [], labels, targets, pairs,
-                  members, name)
+                  members, name, _flow(explanation))
 
 
 def _heterogeneous(explanation: HeteroData) -> _Graph:
@@ -276,7 +277,7 @@ def _heterogeneous(explanation: HeteroData) -> _Graph:
     targets = torch.cat(targets) if targets else torch.empty(0, dtype=torch.long)
     name = f"node{'s' if len(names) > 1 else ''} " + ", ".join(names[:5]) if names else "graph"
     return _Graph(edge_index, nodes, edges, node_type, [str(nt) for nt in node_types], labels, targets,
-                  torch.empty(2, 0, dtype=torch.long), None, name)
+                  torch.empty(2, 0, dtype=torch.long), None, name, _flow(explanation))
 
 
 def _as_graph(explanation) -> _Graph:
@@ -290,9 +291,19 @@ def _as_graph(explanation) -> _Graph:
 
 # --- which nodes and edges -----------------------------------------------------------------------------
 
-def _hops(edge_index: Tensor, num_nodes: int, targets: Tensor) -> Tensor:
+def _flow(explanation) -> str:
+    flow = explanation.get("flow") if isinstance(explanation, Data) else getattr(explanation, "flow", None)
+    if flow not in (None, "source_to_target", "target_to_source"):
+        raise ValueError(f"explanation.flow: expected 'source_to_target' or 'target_to_source', got {flow!r}.")
+    return flow or "source_to_target"
+
+
+def _hops(edge_index: Tensor, num_nodes: int, targets: Tensor, flow: str = "source_to_target") -> Tensor:
     """Hops from each node to the nearest target along the message flow
-    (``src -> dst``); -1 where no message reaches a target."""
+    (``src -> dst``, or ``dst -> src`` under ``flow="target_to_source"``);
+    -1 where no message reaches a target."""
+    if flow == "target_to_source":
+        edge_index = edge_index.flip(0)
     dist = torch.full((num_nodes,), -1, dtype=torch.long)
     dist[targets] = 0
     frontier = torch.zeros(num_nodes, dtype=torch.bool)
@@ -315,7 +326,8 @@ def _receptive_hops(g: _Graph, dist: Tensor) -> int:
         d = dist[(g.node_relevance != 0) & (dist >= 0)]
         hops.append(int(d.max()) if d.numel() else 0)
     if g.edge_relevance is not None:
-        d = dist[g.edge_index[1, g.edge_relevance != 0]]
+        reader = 0 if g.flow == "target_to_source" else 1  # the end that reads the message
+        d = dist[g.edge_index[reader, g.edge_relevance != 0]]
         d = d[d >= 0]
         hops.append(int(d.max()) + 1 if d.numel() else 0)
     return max(hops)
@@ -436,7 +448,7 @@ def _select(g: _Graph, k_hop: Optional[int], top_k: Optional[int]) -> tuple[list
     """The nodes and edges to draw: the targets' receptive field (or the whole
     graph), then, with ``top_k``, its strongest edges, their nodes and the targets."""
     if g.targets.numel():
-        dist = _hops(g.edge_index, g.num_nodes, g.targets)
+        dist = _hops(g.edge_index, g.num_nodes, g.targets, g.flow)
         hops = _receptive_hops(g, dist) if k_hop is None else k_hop
         keep = (dist >= 0) & (dist <= hops)
     else:
@@ -665,6 +677,9 @@ def visualize_features(explanation, top_k: Optional[int] = 10, path: Optional[st
     _matplotlib()
     _check_top_k(top_k)
     values, names = _feature_table(explanation, feature_names)
+    if not values.numel():
+        raise ValueError("explanation: node_mask has no feature columns (shape [N, 0]): no feature relevance to "
+                         "draw.")
     order = values.abs().argsort(descending=True, stable=True)[: top_k or values.numel()].tolist()
     shown = values[order]
     from matplotlib import colormaps
@@ -744,7 +759,9 @@ def visualize_walks(walks, edge_index: Tensor, path: Optional[str] = None, *, to
     total = relevance.numel()
     order = relevance.abs().argsort(descending=True, stable=True)[: top_k or total]
     paths, relevance = paths[order], relevance[order]
-    n = max(int(paths.max()) + 1, int(edge_index.max()) + 1 if edge_index.numel() else 0)
+    # the graph's node count: a Walks result knows it (isolated nodes past the last id included)
+    n = max(int(paths.max()) + 1, int(edge_index.max()) + 1 if edge_index.numel() else 0,
+            int(getattr(walks, "num_nodes", 0) or 0))
     if paths.min() < 0:
         raise ValueError("walks: node ids must be non-negative.")
     g = _Graph(edge_index, None, None, torch.zeros(n, dtype=torch.long), [], [str(i) for i in range(n)],

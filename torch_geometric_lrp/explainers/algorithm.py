@@ -11,6 +11,7 @@ from torch_geometric.explain.config import MaskType
 
 from ..rules import Rule
 from .core import Settings, explain_rows, explanation_of
+from .subgraph import message_flow
 from .targets import (check_edge_index, check_flags, check_graph_inputs, check_rows, check_rules, check_target,
                       check_view, check_x, mask_rows)
 
@@ -96,7 +97,7 @@ class LRP(ExplainerAlgorithm):
         return explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
                               (result.absorbed, result.lost), explainer.node_mask_type,
                               explainer.edge_mask_type, self.mask, total=result.total,
-                              embedding=result.embedding)
+                              embedding=result.embedding, flow=message_flow(model))
 
     def supports(self) -> bool:
         node_mask_type = self.explainer_config.node_mask_type

@@ -123,7 +123,7 @@ def explain(
     result = explain_rows(model, x, edge_index, kwargs, rows, target, settings)
     explanation = explanation_of(result.node, result.edge, result.self_loops, result.edge_attr, result.score,
                                  (result.absorbed, result.lost), node_mask_type, edge_mask_type, mask,
-                                 total=result.total, embedding=result.embedding)
+                                 total=result.total, embedding=result.embedding, flow=message_flow(model))
     explanation._model_config = ModelConfig(mode=result.mode, task_level=result.task_level,
                                             return_type=result.return_type)
     explanation.index = rows
@@ -706,11 +706,12 @@ def _explanations(parts: list[_Part], x: Tensor, edge_index: Tensor, graph: Inci
     several outside nodes, which the explanation lists one by one, and a
     lean cut's subgraph gets back the edges its pass left out, with 0."""
     spelled = iter(spelled_out_each([p.cut for p in parts if p.cut is not None], graph, flow))
-    return [_explanation(part, x, edge_index, None if part.cut is None else next(spelled), mask) for part in parts]
+    return [_explanation(part, x, edge_index, None if part.cut is None else next(spelled), mask, flow)
+            for part in parts]
 
 
 def _explanation(part: _Part, x: Tensor, edge_index: Tensor, spelled: Optional[tuple[Cut, Tensor, Tensor]],
-                 mask: str) -> Explanation:
+                 mask: str, flow: str) -> Explanation:
     """The ``Explanation`` of one target, on the subgraph ``spelled`` (the
     output of :func:`~.subgraph.spelled_out_each` for its cut), or the whole graph."""
     relevance, edge, self_loops, edge_attr, embedding = \
@@ -722,7 +723,7 @@ def _explanation(part: _Part, x: Tensor, edge_index: Tensor, spelled: Optional[t
                                             for v in (relevance, self_loops, embedding))
         edge, edge_attr = (_spread(v, edges, c.edge_id.numel()) for v in (edge, edge_attr))
     ex = explanation_of(relevance, edge, self_loops, edge_attr, part.score, part.accounting,
-                        MaskType.attributes, MaskType.object, mask, embedding=embedding)
+                        MaskType.attributes, MaskType.object, mask, embedding=embedding, flow=flow)
     if spelled is None:
         ex.node_index = torch.arange(x.shape[0], device=x.device)
         ex.edge_id = torch.arange(edge_index.shape[1], device=edge_index.device)

@@ -877,13 +877,15 @@ def input_total(node, edge_attr) -> float:
 def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Tensor], edge_attr: Optional[Tensor],
                    score: float, accounting: Optional[tuple[float, float]], node_mask_type: Optional[MaskType],
                    edge_mask_type: Optional[MaskType], view: str, total: Optional[float] = None,
-                   embedding: Optional[Tensor] = None) -> Explanation:
+                   embedding: Optional[Tensor] = None, flow: str = "source_to_target") -> Explanation:
     """An ``Explanation`` with masks built from relevance, and its accounting:
     ``score``, ``relevance_total`` and, where ``accounting = (absorbed, lost)``
     was measured for it, ``absorbed``, ``lost`` and ``residual`` (else
     ``unassigned = score - relevance_total``). For integer ``x``, ``node``
     is the relevance per categorical column and ``embedding`` (where given)
-    that per embedding dimension, kept as ``embedding_relevance``."""
+    that per embedding dimension, kept as ``embedding_relevance``. A
+    model's ``flow="target_to_source"`` is kept as ``flow`` (pictures find a
+    target's neighbourhood along it)."""
     show = MASK_VIEWS[view]
     if isinstance(node, dict):
         explanation = _hetero_explanation(node, edge, self_loops, edge_attr, node_mask_type, edge_mask_type, show)
@@ -899,6 +901,8 @@ def explanation_of(node: Tensor, edge: Optional[Tensor], self_loops: Optional[Te
             explanation.self_loop_relevance = self_loops.detach()
     if embedding is not None:
         explanation.embedding_relevance = show(embedding).detach()
+    if flow != "source_to_target":
+        explanation.flow = flow
     explanation.score = score
     explanation.relevance_total = input_total(node, edge_attr) if total is None else total
     if accounting is None:
