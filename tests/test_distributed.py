@@ -55,6 +55,13 @@ def _worker(rank: int, init_file: str, out_dir: str, device: str) -> None:
         # ranks that disagree on the targets are refused on every rank
         with pytest.raises(ValueError, match="every rank must pass the same graph and targets"):
             lrp.explain_nodes(model, x, edge_index, TARGETS[rank:])
+        # so are ranks with another order of the targets, other classes, or another graph of the same size
+        order = TARGETS if rank == 0 else TARGETS.flip(0)
+        classes = torch.tensor([0, 1, 2, 0, 1, 2, rank])
+        edges = edge_index if rank == 0 else edge_index.flip(0)
+        for args in (dict(index=order), dict(index=TARGETS, target=classes), dict(index=TARGETS, edges=edges)):
+            with pytest.raises(ValueError, match="every rank must pass the same graph and targets"):
+                lrp.explain_nodes(model, x, args.pop("edges", edge_index), **args)
         # an error in one rank's block (class 9 of 3, rank 1's last target) reaches both ranks
         bad = torch.tensor([0, 1, 2, 0, 1, 2, 9])
         expected = ValueError if rank == 1 else RuntimeError
@@ -93,3 +100,5 @@ def test_without_a_process_group():
     assert not dist.is_initialized()
     assert shard.world(None) == (0, 1) and shard.world(False) == (0, 1)
     assert shard.fingerprint(torch.tensor([1, 2])) != shard.fingerprint(torch.tensor([2, 1]))
+    # the same count, sum and position-weighted sum
+    assert shard.fingerprint(torch.tensor([0, 3, 1, 2])) != shard.fingerprint(torch.tensor([0, 2, 3, 1]))

@@ -196,6 +196,15 @@ def test_bond_encoder_edge_attr():
         assert ex.relevance_total == pytest.approx(
             float(ex.node_mask.sum() + ex.edge_attr_mask.sum()), rel=1e-5, abs=1e-6)
         assert_conserved(ex)
+    # a node no edge reaches: its subgraph has no edges, and no bond lookup rows; the mask is there, 0,
+    # as on the full graph (before, it was missing on the cut: a KeyError for the same call on another node)
+    isolated = torch.cat([x, x[:1]])
+    alone = [lrp.explain(model, isolated, edge_index, index=N, edge_attr=edge_attr, subgraph=s) for s in (True, False)]
+    many = lrp.explain_nodes(model, isolated, edge_index, [N], edge_attr=edge_attr)[0]
+    sparse = lrp.explain_nodes(model, isolated, edge_index, [N], edge_attr=edge_attr, output="sparse")
+    assert all(float(ex.edge_attr_mask.abs().sum()) == 0 for ex in alone + [many])
+    assert alone[0].edge_attr_mask.shape == alone[1].edge_attr_mask.shape == (edge_index.shape[1], 2)
+    assert sparse.edge_attr_relevance is not None
 
 
 def test_float_edge_attr_with_integer_x():

@@ -203,6 +203,26 @@ def test_a_seed_listed_twice_is_refused():
         next(iter(lrp.explain_loader(model, loader)))
 
 
+def test_an_edge_sampled_twice_is_refused_naming_replace():
+    """NeighborLoader(replace=True) can list one edge twice in a mini-batch
+    (the model counts it twice): refused, naming replace=True (the error
+    spoke only of seeds, which were unique)."""
+    import warnings
+    torch.manual_seed(0)
+    model = GCN().double().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pyg-lib missing: PyG samples with torch-sparse
+        loader = NeighborLoader(graph(), num_neighbors=[8] * 3, batch_size=4, replace=True, shuffle=False)
+        torch.manual_seed(1)
+        batch = next(iter(loader))
+    assert batch.e_id.unique().numel() < batch.e_id.numel()
+    with pytest.raises(ValueError, match=r"edge \d+ of the loader.s graph \(e_id\) more than once.*replace=True"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(1)  # the same sample
+            next(iter(lrp.explain_loader(model, loader)))
+
+
 def test_disjoint_mini_batches_give_the_full_graph_explanation():
     """A mini-batch in ``disjoint=True``'s layout (each seed its own copy of
     its neighbourhood; built by hand, as that needs pyg-lib): a node in two

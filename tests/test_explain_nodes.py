@@ -86,6 +86,16 @@ def test_explain_nodes_with_target_and_view():
         torch.testing.assert_close(ab.edge_mask, ex.edge_mask.abs())
 
 
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+def test_a_target_as_long_as_a_batch_is_refused_whatever_the_batch_size(batch_size):
+    """Two classes for four targets: each batch of two read them as its own
+    (classes [0, 2, 0, 2]) where batch_size=2 and failed otherwise."""
+    model = build("gcn")
+    with pytest.raises(ValueError, match=rf"target: expected one entry per node \({N}\) or per target \(4\)"):
+        lrp.explain_nodes(model, DATA["x"], DATA["edge_index"], [4, 1, 20, 7], target=torch.tensor([0, 2]),
+                          batch_size=batch_size)
+
+
 def test_a_target_per_node_is_read_per_node_when_index_lists_every_node():
     """``target=data.y`` (one class per node) with ``index`` = every node in
     another order: each node is explained for its own class, as

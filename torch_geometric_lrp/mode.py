@@ -1115,9 +1115,12 @@ def _columns_of(source: Tensor, indices: Tensor) -> Optional[list]:
     """The columns of integer ``source`` (``[N]``: one column, ``[N, C]``)
     that ``indices`` views row for row: ``[c]`` for ``source[:, c]`` (or a
     1-D ``source`` itself), ``[c, ...]`` for a slice of columns; else
-    ``None``."""
+    ``None``. An empty ``source`` (the ``edge_attr`` of a cut without edges)
+    is told by the view's offset alone (empty tensors share no memory): a
+    lookup of no rows carries no relevance, so the mask it adds is 0 either
+    way, and it keeps ``edge_attr_mask`` there as on a cut with edges."""
     if indices.is_floating_point() or indices.device != source.device or indices.dim() not in (1, 2) \
-            or source.dim() not in (1, 2) or indices.shape[0] != source.shape[0] or not source.numel() \
+            or source.dim() not in (1, 2) or indices.shape[0] != source.shape[0] \
             or indices.untyped_storage().data_ptr() != source.untyped_storage().data_ptr():
         return None
     if source.shape[0] > 1 and indices.stride(0) != source.stride(0):

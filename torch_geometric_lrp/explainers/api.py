@@ -87,8 +87,9 @@ def explain(
     target : Tensor, optional
         The class (multiclass) or the 0/1 labels (binary) to explain, one
         entry per output row or per explained row; default: the prediction.
-        A regression output is explained as it is: a target (the observed
-        value) does not change the relevance.
+        A regression output is explained as it is (at its logit where a
+        final sigmoid squashes it): a target (the observed value) does not
+        change the relevance.
     rules, mask, subgraph, strict
         As for :class:`~torch_geometric_lrp.LRP`.
     node_mask_type, edge_mask_type
@@ -410,11 +411,16 @@ def explain_nodes(
     per_target = target is not None and target.dim() > 0 and target.shape[0] == index.numel() and \
         target.shape[0] != n
     settings.target_per_row = per_target  # decided once: a batch of n rows is no per-node target
+    if target is not None and target.dim() > 0 and target.shape[0] not in (n, index.numel()):
+        # checked here for the whole call: a batch would read a target as long as itself as its own
+        raise ValueError(f"target: expected one entry per node ({n}) or per target ({index.numel()}); got shape "
+                         f"{tuple(target.shape)}.")
     _materialize(model, x, edge_index, kwargs)
     check_layer_state(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     rank, world_size = shard.world(distributed)
     if world_size > 1:
-        shard.check_same((n, e, batch_size, output, per_target, *shard.fingerprint(index)))
+        shard.check_same((n, e, batch_size, output, per_target, shard.fingerprint(index), shard.fingerprint(target),
+                          shard.fingerprint(edge_index)))
     mine = shard.block(index.numel(), batch_size, rank, world_size)
 
     def run() -> Union[list[Explanation], NodeRelevance]:

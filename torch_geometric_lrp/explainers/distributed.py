@@ -23,6 +23,7 @@ waiting for a result that never comes.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Callable, Optional, TypeVar
 
 import torch
@@ -57,12 +58,14 @@ def block(count: int, batch_size: int, rank: int, world_size: int) -> slice:
                  min(count, (rank + 1) * batches // world_size * batch_size))
 
 
-def fingerprint(index: Tensor) -> tuple[int, int, int]:
-    """A short summary of the targets (their number, sum and position-weighted
-    sum) that differs when ranks were given different targets or orders."""
-    index = index.long().cpu()
-    weights = torch.arange(1, index.numel() + 1)
-    return index.numel(), int(index.sum()), int((index * weights).sum())
+def fingerprint(t: Optional[Tensor]) -> Optional[tuple]:
+    """A short summary of a tensor (its shape, dtype and a SHA-1 of its
+    values in order), equal only where ranks were given the same values in
+    the same order; ``None`` for ``None``."""
+    if t is None:
+        return None
+    values = t.detach().cpu().contiguous()
+    return tuple(values.shape), str(values.dtype), hashlib.sha1(values.view(-1).numpy().tobytes()).hexdigest()
 
 
 def check_same(value: object) -> None:
@@ -72,8 +75,8 @@ def check_same(value: object) -> None:
     for rank, other in enumerate(values):
         if other != values[0]:
             raise ValueError(f"explain_nodes: every rank must pass the same graph and targets; rank {rank} has "
-                             f"(nodes, edges, batch_size, output, target per target, targets' fingerprint) = {other}, "
-                             f"rank 0 has {values[0]}.")
+                             f"(nodes, edges, batch_size, output, target per target, and fingerprints of the "
+                             f"targets, their classes and edge_index) = {other}, rank 0 has {values[0]}.")
 
 
 def gather(run: Callable[[], T]) -> list[T]:

@@ -141,9 +141,11 @@ def _once(ids: Tensor, what: str, name: str, keys: Optional[Tensor] = None) -> T
     if bool((counts > 1).any()):
         twice = int(ids[(counts[inverse] > 1).nonzero()[0]])
         raise ValueError(f"loader: a seed's subgraph in a mini-batch holds {what} {twice} of the loader's graph "
-                         f"({name}) more than once, so its relevance would be split over two entries; a seed "
-                         f"listed twice in input_nodes does this. Give each seed once "
-                         f"(input_nodes=input_nodes.unique()).")
+                         f"({name}) more than once, so its relevance would be split over two entries. A seed "
+                         f"listed twice in input_nodes does this (give each seed once: "
+                         f"input_nodes=input_nodes.unique()), and so does sampling with replacement, which can "
+                         f"list one edge twice (NeighborLoader(replace=True): sample without it, or take all "
+                         f"neighbours with num_neighbors=[-1] * num_layers).")
     return ids
 
 

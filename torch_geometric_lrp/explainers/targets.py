@@ -8,7 +8,8 @@ explained rows :math:`r` and zero elsewhere:
 * multiclass, class :math:`c_r`: :math:`R_{r, c_r} = z_{r, c_r}`;
 * binary (one or several labels :math:`k`, target :math:`t_{rk} \in \{0, 1\}`):
   :math:`R_{rk} = (2 t_{rk} - 1)\, z_{rk}`, the evidence for the target label;
-* regression: :math:`R_r = z_r`, the output itself. A target (the observed
+* regression: :math:`R_r = z_r`, the output itself (behind a final sigmoid,
+  its input: the score is then the logit, not the predicted value). A target (the observed
   value of a ``phenomenon`` explanation) stays on the explanation and does
   not change the relevance, which explains the prediction, as PyG's Captum
   explainer does (a value the model did not output has no relevance to
