@@ -523,3 +523,40 @@ def test_a_layer_over_a_narrowed_prefix_keeps_its_input_edges():
         e = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0),
                         subgraph=False, task_level="node")
     torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 1, 0), rtol=1e-9, atol=1e-12)
+
+
+def test_a_pool_that_keeps_every_node_still_renumbers_them():
+    """TopKPooling(ratio=10) on a 6-node graph keeps all six, sorted by score:
+    as many nodes as the input, numbered anew. Layer 2's pairs are no input
+    edges; edge_mask is layer 1's messages alone (reference: LRP-0 with the
+    pooling gate held constant, detached, is a multiplier's gradient)."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+    from torch_geometric.nn import TopKPooling, global_mean_pool
+
+    class KeepAll(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GraphConv(3, 8, bias=False), GraphConv(8, 8, bias=False)
+            self.pool = TopKPooling(8, ratio=10, nonlinearity=lambda s: torch.tanh(s).detach())
+            self.head = torch.nn.Linear(8, 2, bias=False)
+
+        def forward(self, x, edge_index, batch):
+            h, pooled, _, batch, perm, _ = self.pool(self.c1(x, edge_index).relu(), edge_index, batch=batch)
+            assert perm.numel() == x.shape[0]
+            return self.head(global_mean_pool(self.c2(h, pooled).relu(), batch))
+
+    torch.manual_seed(0)
+    model = KeepAll().to(DTYPE).eval()
+    ring = torch.arange(6)
+    edge_index = torch.stack([torch.cat([ring, (ring + 1) % 6]), torch.cat([(ring + 1) % 6, ring])])
+    x, batch = torch.randn(6, 3, dtype=DTYPE), torch.zeros(6, dtype=torch.long)
+    with pytest.warns(RuntimeWarning, match="TopKPooling"):
+        e = lrp.explain(model, x, edge_index, index=0, batch=batch, target=torch.tensor([1]),
+                        rules=lrp.rules.Epsilon(0.0))
+    m = torch.ones(edge_index.shape[1], dtype=DTYPE, requires_grad=True)
+    set_masks(model.c1, m, edge_index, apply_sigmoid=False)
+    try:
+        (reference,) = torch.autograd.grad(model(x, edge_index, batch)[0, 1], m)
+    finally:
+        clear_masks(model.c1)
+    torch.testing.assert_close(e.edge_mask, reference, rtol=1e-9, atol=1e-12)

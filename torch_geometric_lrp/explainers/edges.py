@@ -17,11 +17,18 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 from torch_geometric.nn.conv import DirGNNConv, HypergraphConv, MessagePassing
+from torch_geometric.nn.pool import ASAPooling, ClusterPooling, EdgePooling, PANPooling, SAGPooling, TopKPooling
 from torch_geometric.nn.module_dict import ModuleDict as PyGModuleDict
 
 from ..mode import current_mode
 
 __all__ = ["EdgeRelevance", "match_edges", "Routing", "route", "SortedEdges"]
+
+# Pooling layers that return a graph of their own, its nodes numbered anew (kept or merged nodes in
+# another order): from then on, a pair (i, j) of an edge list the pass did not follow from the input's
+# is no input edge (i, j), even where the pooled graph has as many nodes (TopKPooling(ratio=k) on
+# graphs of fewer than k nodes keeps them all, sorted by score).
+RENUMBERING_POOLS = (ASAPooling, ClusterPooling, EdgePooling, PANPooling, SAGPooling, TopKPooling)
 
 
 @dataclass
@@ -145,6 +152,8 @@ class EdgeRelevance:
         self.unrouted_layers: list[str] = []
         self._given: dict[int, Optional[tuple]] = {}  # id(layer) -> the edge types its forward got
         self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
+        self._pools = [m for m in model.modules() if isinstance(m, RENUMBERING_POOLS)]
+        self._pooled = False  # a pooling layer of RENUMBERING_POOLS has returned in this forward
         self._edge_type_of = _registered_edge_types(model, self._inputs) if self.hetero else {}
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
@@ -202,6 +211,8 @@ class EdgeRelevance:
         self._hooked: set[int] = set()
         for layer in self._layers:
             self._hook(layer)
+        for pool in self._pools:
+            self._hooks.append(pool.register_forward_hook(self._after_pooling))
         # layers the forward reaches outside the model (a module called from
         # a global function): hooked when they first run
         self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._discover))
@@ -227,6 +238,10 @@ class EdgeRelevance:
             self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
             if not self.hetero:
                 self._hooks.append(layer.register_aggregate_forward_pre_hook(self._check_destinations))
+
+    def _after_pooling(self, module, inputs, output):
+        if threading.get_ident() == self._thread:
+            self._pooled = True
 
     def _discover(self, module, inputs):
         if isinstance(module, MessagePassing) and threading.get_ident() == self._thread:
@@ -352,11 +367,11 @@ class EdgeRelevance:
         return None
 
     def _same_numbering(self, edges: Optional[Tensor]) -> bool:
-        """Whether ``edges``, propagated into fewer nodes than the graph has,
-        still use the graph's node ids: the input's edges, or a selection of
-        its columns that the pass followed (PyG's ``trim_to_layer`` narrows
-        them). Other pairs may be numbered anew, even where they equal input
-        pairs, so they are not matched."""
+        """Whether ``edges``, propagated into fewer nodes than the graph has
+        or after a pooling layer, still use the graph's node ids: the input's
+        edges, or a selection of its columns that the pass followed (PyG's
+        ``trim_to_layer`` narrows them). Other pairs may be numbered anew,
+        even where they equal input pairs, so they are not matched."""
         if edges is None or edges is self._inputs[None]:
             return True
         mode = current_mode()
@@ -378,6 +393,8 @@ class EdgeRelevance:
             located = self._locate(layer, edges)
         node_dim = layer.node_dim % messages.dim()
         into = self._into[id(layer)] = {}  # the aggregation's node count, told by _check_destinations
+        if self._pooled and not self.hetero and not self._same_numbering(edges):
+            into["renumbered"] = True  # over a pooled graph (also one as large as the input)
 
         def collect(relevance: Tensor) -> None:
             dims = [d for d in range(relevance.dim()) if d != node_dim]
