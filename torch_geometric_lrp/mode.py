@@ -1116,13 +1116,17 @@ def _columns_of(source: Tensor, indices: Tensor) -> Optional[list]:
     that ``indices`` views row for row: ``[c]`` for ``source[:, c]`` (or a
     1-D ``source`` itself), ``[c, ...]`` for a slice of columns; else
     ``None``. An empty ``source`` (the ``edge_attr`` of a cut without edges)
-    is told by the view's offset alone (empty tensors share no memory): a
-    lookup of no rows carries no relevance, so the mask it adds is 0 either
-    way, and it keeps ``edge_attr_mask`` there as on a cut with edges."""
+    has no memory to compare: ``indices`` must be it or a view of it (a
+    lookup of no rows carries no relevance, but keeps ``edge_attr_mask``
+    there as on a cut with edges)."""
     if indices.is_floating_point() or indices.device != source.device or indices.dim() not in (1, 2) \
             or source.dim() not in (1, 2) or indices.shape[0] != source.shape[0] \
             or indices.untyped_storage().data_ptr() != source.untyped_storage().data_ptr():
         return None
+    if not source.numel() and indices is not source:
+        base = source if source._base is None else source._base
+        if indices._base is None or indices._base is not base:
+            return None
     if source.shape[0] > 1 and indices.stride(0) != source.stride(0):
         return None
     offset = indices.storage_offset() - source.storage_offset()
