@@ -833,6 +833,16 @@ def test_an_unused_type_is_named_with_its_module():
         lrp.convert(GCN(4, 8, 2), {torch.nn.Linear: R.Epsilon()})
 
 
+def test_resolve_rules_of_a_converted_model_are_its_own():
+    """resolve_rules(converted) shows the rules the pass gives it: those it
+    was converted with (before: the default composite's)."""
+    from torch_geometric.nn import GCN
+    converted = lrp.convert(GCN(4, 8, 3, 2), {GCNConv: R.Gamma(0.5)})
+    assert resolve_rules(converted) == converted._lrp_rules
+    assert resolve_rules(converted)["convs.0"] == R.Gamma(0.5)
+    assert resolve_rules(converted, R.Epsilon(0.1))["convs.0"] == R.Epsilon(0.1)
+
+
 def test_converting_a_converted_model_keeps_its_rules():
     """``convert(convert(m, rules))`` keeps ``rules`` (before: the default
     composite, without a word); new rules replace them."""

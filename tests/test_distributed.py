@@ -102,3 +102,9 @@ def test_without_a_process_group():
     assert shard.fingerprint(torch.tensor([1, 2])) != shard.fingerprint(torch.tensor([2, 1]))
     # the same count, sum and position-weighted sum
     assert shard.fingerprint(torch.tensor([0, 3, 1, 2])) != shard.fingerprint(torch.tensor([0, 2, 3, 1]))
+    # dtypes numpy lacks (a bfloat16 regression target), 0-dim and non-contiguous tensors
+    half = torch.tensor([0.5, 1.5], dtype=torch.bfloat16)
+    assert shard.fingerprint(half) != shard.fingerprint(half * 2)
+    assert shard.fingerprint(torch.tensor(3)) != shard.fingerprint(torch.tensor(4))
+    edges = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    assert shard.fingerprint(edges.t().contiguous().t()) == shard.fingerprint(edges)

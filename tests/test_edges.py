@@ -525,6 +525,52 @@ def test_a_layer_over_a_narrowed_prefix_keeps_its_input_edges():
     torch.testing.assert_close(e.edge_mask, multiplier_gradient(model, x, edge_index, 1, 0), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("how", ["narrow", "subgraph"])
+def test_a_gcn_layer_on_a_prefix_of_the_nodes_keeps_its_input_edges(how):
+    """GCNConv adds self-loops to the edges its forward gets, so it propagates
+    over a new list; on the first nodes, over the input's columns (narrowed,
+    as trim_to_layer does, or masked, as subgraph without relabelling does),
+    the ids are the graph's: booked on those edges, without a warning.
+    Reference: LRP-0's multiplier on each message (self-loops: 1)."""
+    from torch_geometric.nn import GCNConv
+    from torch_geometric.utils import subgraph
+    edge_index = torch.tensor([[1, 2, 0, 1, 3, 4, 5, 3], [0, 1, 2, 2, 1, 0, 2, 5]])
+    if how == "narrow":
+        kept = torch.arange(4)
+    else:
+        kept = ((edge_index < 3).all(0)).nonzero().view(-1)
+    weight = torch.ones(edge_index.shape[1], dtype=DTYPE, requires_grad=True)
+
+    class Prefix(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GCNConv(3, 4, bias=False), GCNConv(4, 2, bias=False)
+
+        def forward(self, x, edge_index):
+            h = self.c1(x, edge_index).relu()[:3]
+            inner = edge_index.narrow(1, 0, 4) if how == "narrow" else \
+                subgraph(torch.arange(3), edge_index, num_nodes=x.shape[0])[0]
+            return self.c2(h, inner)
+
+    torch.manual_seed(0)
+    model = Prefix().to(DTYPE)
+    x = torch.rand(6, 3, dtype=DTYPE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0),
+                        subgraph=False, task_level="node")
+    loops = [torch.ones(n, dtype=DTYPE) for n in (6, 3)]
+    hooks = [model.c1.register_message_forward_hook(lambda m, i, out: out * torch.cat([weight, loops[0]])[:, None]),
+             model.c2.register_message_forward_hook(
+                 lambda m, i, out: out * torch.cat([weight[kept], loops[1]])[:, None])]
+    try:
+        (expected,) = torch.autograd.grad(model(x, edge_index)[1, 0], weight)
+    finally:
+        for h in hooks:
+            h.remove()
+    torch.testing.assert_close(e.edge_mask, expected, rtol=1e-9, atol=1e-12)
+
+
 def test_a_pool_that_keeps_every_node_still_renumbers_them():
     """TopKPooling(ratio=10) on a 6-node graph keeps all six, sorted by score:
     as many nodes as the input, numbered anew. Layer 2's pairs are no input

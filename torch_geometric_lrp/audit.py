@@ -52,13 +52,24 @@ class RelevanceAudit:
     """
 
     def __enter__(self):
-        self._token = _open_audits.set(_open_audits.get() + (self,))
-        self._thread = on_this_thread()
+        if self._opened is not None:
+            # entered twice, it would count every op twice while nested, and the outer exit
+            # would find its state spent
+            raise RuntimeError("RelevanceAudit: this audit is open already; to nest, open another "
+                               "RelevanceAudit().")
+        self._opened = (_open_audits.set(_open_audits.get() + (self,)), on_this_thread())
         return self
 
     def __exit__(self, *exc) -> None:
-        self._thread.__exit__(*exc)
-        _open_audits.reset(self._token)
+        if self._opened is None:
+            raise RuntimeError("RelevanceAudit: this audit is not open.")
+        if _open_audits.get()[-1:] != (self,):
+            raise RuntimeError("RelevanceAudit: an audit opened after this one is still open; close audits in "
+                               "the reverse order of opening (with blocks do).")
+        token, thread = self._opened
+        self._opened = None
+        thread.__exit__(*exc)
+        _open_audits.reset(token)
 
     def __init__(self) -> None:
         # Per op, the signed scalar terms of its lost and absorbed amounts, kept
@@ -67,6 +78,7 @@ class RelevanceAudit:
         self._lost: dict[str, list] = defaultdict(list)
         self._absorbed: dict[str, list] = defaultdict(list)
         self._calls: dict[str, int] = defaultdict(int)
+        self._opened: Optional[tuple] = None  # while open: its context token and thread setting
 
     def _record(self, op: str, relevance_out: Tensor, dropped: Optional[Tensor],
                 relevance_in: Iterable[Optional[Tensor]], lost: Optional[Tensor] = None) -> None:

@@ -1,17 +1,18 @@
 """``lrp.check_conservation``: one relevance pass, accounted layer by layer."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
 from .audit import RelevanceAudit
-from .convert import convert
 from .explainers.core import check_layer_state
 from .maps import _Close
 from .mode import current_mode, relevance_pass
+from .rules import Rule
 
 _CLOSE = _Close._backward_cls  # the backward node of a map's end
 
@@ -79,6 +80,18 @@ class ConservationReport:
         return "\n".join(rows)
 
 
+def _each(value, fn):
+    """``fn`` applied to each item of a list, tuple, namedtuple or dict (the
+    same container back); anything else as it is."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(fn(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(fn(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((k, fn(v)) for k, v in value.items())
+    return value
+
+
 def _tensors(value) -> list[Tensor]:
     if isinstance(value, Tensor):
         return [value]
@@ -101,7 +114,7 @@ def check_conservation(
     *args: Any,
     inputs: Optional[Sequence[str]] = None,
     seed: Optional[Tensor] = None,
-    rules: Optional[dict] = None,
+    rules: Union[None, Rule, dict] = None,
     **kwargs: Any,
 ) -> ConservationReport:
     """Run one relevance pass of ``model(*args, **kwargs)`` and account for it.
@@ -109,8 +122,11 @@ def check_conservation(
     Parameters
     ----------
     model : torch.nn.Module
-        A model, converted (:func:`torch_geometric_lrp.convert`) or not; an
-        unconverted one is converted first (the original stays untouched).
+        A model, converted (:func:`torch_geometric_lrp.convert`) or not: any
+        model that :func:`torch_geometric_lrp.explain` explains. The pass
+        runs on it as :func:`~torch_geometric_lrp.relevance_pass` does (put
+        back as it was after), with hooks of this call on its modules,
+        removed on return (other threads' forwards pass them untouched).
     *args, **kwargs
         The forward's arguments.
     inputs : list of str, optional
@@ -121,9 +137,11 @@ def check_conservation(
     seed : Tensor, optional
         Relevance to seed on the output; default the output itself
         (``R = f(x)``, all outputs explained at once).
-    rules : dict, optional
-        A composite for :func:`torch_geometric_lrp.convert` (e.g.
-        ``{torch.nn.Module: Epsilon(0.0)}`` for LRP-0 everywhere).
+    rules : Rule or dict, optional
+        A rule for every module or a composite, as for
+        :func:`torch_geometric_lrp.relevance_pass` (e.g. ``Epsilon(0.0)`` for
+        LRP-0 everywhere); default: a converted model's own rules, else the
+        default composite.
 
     Returns
     -------
@@ -139,10 +157,11 @@ def check_conservation(
             "models are not checked module by module yet. lrp.explain and LRP in PyG's Explainer explain them "
             "and report the totals (score, relevance_total, absorbed, lost, residual).")
     given = (args, kwargs)  # as the user's model takes them, before the carriers are made leaves
-    check_layer_state(model, lambda: model(*given[0], **given[1]))  # on the model itself: convert leaves masks out
-    if not hasattr(model, "_lrp_rules") or rules is not None:
-        model = convert(model, rules)
+    check_layer_state(model, lambda: model(*given[0], **given[1]))
     names = [str(i) for i in range(len(args))] + list(kwargs)
+    if isinstance(inputs, str):
+        raise TypeError(f"inputs: expected a list of argument names, got the string {inputs!r}: pass "
+                        f"[{inputs!r}].")
     inputs = list(inputs) if inputs is not None else ["0"] + [k for k in ("edge_attr", "u") if k in kwargs]
     for name in inputs:
         if name not in names:
@@ -169,6 +188,7 @@ def check_conservation(
 
     layers = {n: LayerRelevance(n, type(m).__name__) for n, m in model.named_modules() if n}
     hooks = []
+    thread = threading.get_ident()  # the hooks sit on the model's modules: other threads' forwards pass them
 
     # Every map end that a hook aliased (an alias continues its map, so the
     # backward reaches the last alias's end, not the ones before it), with the
@@ -198,13 +218,13 @@ def check_conservation(
         def pre(module, margs, mkwargs):
             # An alias per input, so that its gradient is this module's share only.
             mode = current_mode()
+            if threading.get_ident() != thread:
+                return None
 
             def alias(a):
                 if isinstance(a, Tensor) and a.requires_grad and mode is not None:
-                    a = _aliased(mode, a, name, "leaving")
-                elif isinstance(a, (list, tuple)):
-                    a = type(a)(alias(v) for v in a)
-                return a
+                    return _aliased(mode, a, name, "leaving")
+                return _each(a, alias)
             return tuple(alias(a) for a in margs), {k: alias(v) for k, v in mkwargs.items()}
 
         def post(module, margs, out):
@@ -212,13 +232,13 @@ def check_conservation(
             # also count the uses of that tensor inside the module (a module
             # that returns h and also computed its other output from h).
             mode = current_mode()
+            if threading.get_ident() != thread:
+                return None
 
             def alias(a):
                 if isinstance(a, Tensor) and a.requires_grad and mode is not None:
-                    a = _aliased(mode, a, name, "entering")
-                elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
-                    a = type(a)(alias(v) for v in a)
-                return a
+                    return _aliased(mode, a, name, "entering")
+                return _each(a, alias)
             return alias(out)
         return pre, post
 
@@ -235,7 +255,7 @@ def check_conservation(
             hooks.append(module.register_forward_pre_hook(pre, with_kwargs=True))
             hooks.append(module.register_forward_hook(post))
     try:
-        with RelevanceAudit() as audit, relevance_pass(model, strict=False) as mode:
+        with RelevanceAudit() as audit, relevance_pass(model, strict=False, rules=rules) as mode:
             out = model(*args, **kwargs)
             outputs = _tensors(out)
             if len(outputs) != 1:

@@ -333,7 +333,13 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     is registered after it) and for everything outside graph layers;
     :data:`DEFAULT_LOWER` for the graph layers between (hidden layers,
     followed by an activation).
+
+    Without ``rules``, a model made by :func:`convert` gets the rules it was
+    converted with, as the relevance pass gives them.
     """
+    stored = getattr(model, "_lrp_rules", None)
+    if rules is None and stored is not None:
+        return dict(stored)
     rules = composite(rules)
     by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
     by_name = {k: v for k, v in rules.items() if isinstance(k, str)}

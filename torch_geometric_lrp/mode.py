@@ -1782,6 +1782,15 @@ class RelevanceMode(TorchFunctionMode):
         ``retain_graph=True`` keeps the forward for another seed. Where the
         forward ran in-place ops on relevance tensors (:attr:`in_place`) and
         no caller compared the output with a plain forward, it warns."""
+        if not isinstance(out, Tensor):
+            raise TypeError(f"out: expected the output tensor of the forward, got {type(out).__name__}.")
+        if isinstance(inputs, Tensor) or not isinstance(inputs, Sequence):
+            raise TypeError(f"inputs: expected a list of tensors (e.g. [x]), got {type(inputs).__name__}: a tensor "
+                            f"would be read row by row.")
+        with self.unrouted():  # (shapes are torch calls too)
+            if not isinstance(seed, Tensor) or seed.shape != out.shape:
+                shape = tuple(seed.shape) if isinstance(seed, Tensor) else type(seed).__name__
+                raise ValueError(f"seed: expected a tensor of the output's shape {tuple(out.shape)}, got {shape}.")
         out_is_stale = isinstance(out, Tensor) and out in self._stale
         if (self.stale_used or out_is_stale) and not self.in_place_checked:
             self.in_place_checked = True  # once per pass
@@ -1817,15 +1826,20 @@ class RelevanceMode(TorchFunctionMode):
                     raise self._custom_backward_failed(error) from error
         found = {id(t): g for t, g in zip(wanted, grads)}
         if any(g is not None and not bool(torch.isfinite(g).all()) for g in grads):
-            if not self._track_nonfinite:
-                where = (" The inputs are finite: a value overflowed (or a 0/0, log of a negative, ...) "
-                         "inside the forward.")
+            if bool((~torch.isfinite(seed) & torch.isfinite(out.detach())).any()):  # not the output's own
+                warnings.warn("LRP: the seed holds inf or NaN where the output is finite, so the relevance is "
+                              "not finite.", RuntimeWarning, stacklevel=3)
             else:
-                where = " An explained input holds it" + (
-                    f"; the first op that passed it on is {self.first_nonfinite}." if self.first_nonfinite else ".")
-            warnings.warn(f"LRP: the explained output depends on a non-finite value (inf or NaN), so its "
-                          f"relevance is not finite.{where} Values the output does not depend on do not "
-                          f"matter.", RuntimeWarning, stacklevel=3)
+                if not self._track_nonfinite:
+                    where = (" The inputs are finite: a value overflowed (or a 0/0, log of a negative, ...) "
+                             "inside the forward.")
+                else:
+                    where = " An explained input holds it" + (
+                        f"; the first op that passed it on is {self.first_nonfinite}." if self.first_nonfinite
+                        else ".")
+                warnings.warn(f"LRP: the explained output depends on a non-finite value (inf or NaN), so its "
+                              f"relevance is not finite.{where} Values the output does not depend on do not "
+                              f"matter.", RuntimeWarning, stacklevel=3)
         result = []
         for t in inputs:
             if not isinstance(t, Tensor):
@@ -2490,7 +2504,7 @@ def _locked(modules: list) -> Iterator[None]:
     one pass does not put back the flags it changed (training mode) while
     the other's forward still runs. One lock per module, not per model,
     taken in one order (by ``id``) so that two passes never wait on each
-    other; reentrant, for a pass within a pass in one thread."""
+    other (a pass within a pass is refused by :func:`relevance_pass`)."""
     with _locks_guard:
         locks = {}
         for module in modules:
@@ -2614,6 +2628,11 @@ def relevance_pass(
     if default_rule is not None and not isinstance(default_rule, Rule):
         raise TypeError(f"default_rule: expected a rule instance from torch_geometric_lrp.rules (e.g. "
                         f"lrp.rules.Epsilon()), got {default_rule!r}.")
+    if is_active():
+        # The open pass would route the inner pass's own stream ops as the model's, and refuse them.
+        raise RuntimeError("relevance_pass: a relevance pass is open already in this thread (an explanation or "
+                           "check_conservation called inside relevance_pass, or from a model's forward during "
+                           "an explanation); run them one after the other.")
     hooked: dict = {}
     by_type: tuple = ()
     unused: tuple = ()

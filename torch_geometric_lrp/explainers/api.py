@@ -95,6 +95,11 @@ def explain(
     node_mask_type, edge_mask_type
         As for PyG's ``Explainer``; an edge mask needs ``edge_index`` as a
         ``[2, E]`` tensor.
+    task_level, mode, return_type : str, optional
+        As in PyG's ``ModelConfig`` (``'node'`` / ``'edge'`` / ``'graph'``;
+        ``'multiclass_classification'`` / ``'binary_classification'`` /
+        ``'regression'``; ``'raw'`` / ``'probs'`` / ``'log_probs'``); read
+        off the output where not given.
 
     Returns
     -------
@@ -321,6 +326,8 @@ def explain_nodes(
         Class (or 0/1 labels) per node, or per target; default: the
         prediction. One entry per node is read per node (as
         ``lrp.explain`` reads it), also where ``index`` lists every node.
+    rules, mask, strict
+        As for :class:`~torch_geometric_lrp.LRP`.
     mode : str, optional
         ``'multiclass_classification'``, ``'binary_classification'`` or
         ``'regression'``; read off the output where it tells.
@@ -370,10 +377,12 @@ def explain_nodes(
         ``index`` (the target's position in ``node_index``), ``node_mask``
         ``[n, F]``, ``edge_mask`` ``[e]``, ``edge_attr_mask`` where the model
         reads ``edge_attr``, ``self_loop_relevance``, ``target``, ``score``
-        and ``relevance_total``. A target explained in a pass of its own
-        (``batch_size=1``, or after a fallback) has the measured
-        ``absorbed``, ``lost`` and ``residual``; in a shared pass,
-        ``unassigned`` (= score - relevance_total) holds its share of them.
+        and ``relevance_total``. A target explained in a pass or backward of
+        its own (``batch_size=1``, after a fallback, or in a batch run as the
+        union of its subgraphs, ``strategy='shared'``) has the measured
+        ``absorbed``, ``lost`` and ``residual``; where copies shared a
+        backward, ``unassigned`` (= score - relevance_total) holds its share
+        of them.
         With ``output='sparse'``, one :class:`NodeRelevance` holding the same
         numbers.
     """

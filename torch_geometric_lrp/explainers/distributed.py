@@ -65,7 +65,8 @@ def fingerprint(t: Optional[Tensor]) -> Optional[tuple]:
     if t is None:
         return None
     values = t.detach().cpu().contiguous()
-    return tuple(values.shape), str(values.dtype), hashlib.sha1(values.view(-1).numpy().tobytes()).hexdigest()
+    raw = values.reshape(-1).view(torch.uint8)  # the bytes: numpy has no bfloat16
+    return tuple(values.shape), str(values.dtype), hashlib.sha1(raw.numpy().tobytes()).hexdigest()
 
 
 def check_same(value: object) -> None:

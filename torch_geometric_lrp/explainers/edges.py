@@ -151,6 +151,7 @@ class EdgeRelevance:
         self._unrouted = torch.zeros((), dtype=torch.float64, device=device)
         self.unrouted_layers: list[str] = []
         self._given: dict[int, Optional[tuple]] = {}  # id(layer) -> the edge types its forward got
+        self._forward_edges: dict[int, list] = {}  # id(layer) -> the [2, E] tensors its forward got
         self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
         self._pools = [m for m in model.modules() if isinstance(m, RENUMBERING_POOLS)]
         self._pooled = False  # a pooling layer of RENUMBERING_POOLS has returned in this forward
@@ -232,8 +233,9 @@ class EdgeRelevance:
     def _hook(self, layer: MessagePassing) -> None:
         if id(layer) not in self._hooked:
             self._hooked.add(id(layer))
-            if self.hetero:  # the edge types its forward gets tell its messages' type
-                self._hooks.append(layer.register_forward_pre_hook(self._remember_inputs, with_kwargs=True))
+            # the edges its forward gets: which input edge types (heterogeneous), or whether they are the
+            # input's (before the layer adds self-loops to them)
+            self._hooks.append(layer.register_forward_pre_hook(self._remember_inputs, with_kwargs=True))
             self._hooks.append(layer.register_propagate_forward_pre_hook(self._remember_edges))
             self._hooks.append(layer.register_message_forward_hook(self._watch_messages))
             if not self.hetero:
@@ -253,6 +255,10 @@ class EdgeRelevance:
         tensor), ``("dict", keys)`` for a ``{edge_type: edges}`` dict of the
         input's edge tensors, in its order (``HGTConv``)."""
         if threading.get_ident() != self._thread:
+            return None
+        if not self.hetero:
+            self._forward_edges[id(layer)] = [v for v in (*args, *kwargs.values()) if isinstance(v, Tensor)
+                                              and v.dim() == 2 and v.shape[0] == 2 and not v.is_floating_point()]
             return None
         given = None
         for value in (*args, *kwargs.values()):
@@ -363,19 +369,24 @@ class EdgeRelevance:
                 # Fewer nodes: PyG's trim_to_layer keeps a prefix of the graph's nodes and edges (ids
                 # unchanged); pooling (TopKPooling, SAGPooling, EdgePooling) or subgraph(relabel_nodes=True)
                 # numbers the nodes anew, where a pair (i, j) is no longer input edge (i, j).
-                into["renumbered"] = not self._same_numbering(self._current.get(id(layer)))
+                into["renumbered"] = not self._same_numbering(layer)
         return None
 
-    def _same_numbering(self, edges: Optional[Tensor]) -> bool:
-        """Whether ``edges``, propagated into fewer nodes than the graph has
-        or after a pooling layer, still use the graph's node ids: the input's
-        edges, or a selection of its columns that the pass followed (PyG's
-        ``trim_to_layer`` narrows them). Other pairs may be numbered anew,
-        even where they equal input pairs, so they are not matched."""
-        if edges is None or edges is self._inputs[None]:
-            return True
+    def _same_numbering(self, layer) -> bool:
+        """Whether ``layer``, propagating into fewer nodes than the graph has
+        or after a pooling layer, still uses the graph's node ids: the edges
+        its forward got (to which it may add self-loops, as ``GCNConv`` and
+        ``GATConv`` do) or those it propagates over are the input's, or a
+        selection of its columns that the pass followed (PyG's
+        ``trim_to_layer`` narrows them; ``subgraph`` without relabelling
+        masks them). Other pairs may be numbered anew, even where they equal
+        input pairs, so they are not matched."""
+        propagated = self._current.get(id(layer))
+        if propagated is None:
+            return True  # a sparse adjacency: its messages are not matched by pairs
         mode = current_mode()
-        return mode is not None and mode.columns_of(edges) is not None
+        return any(edges is self._inputs[None] or (mode is not None and mode.columns_of(edges) is not None)
+                   for edges in [propagated, *self._forward_edges.get(id(layer), [])])
 
     def _book_unmatched(self, layer, relevance: Tensor) -> None:
         if relevance.numel():
@@ -393,7 +404,7 @@ class EdgeRelevance:
             located = self._locate(layer, edges)
         node_dim = layer.node_dim % messages.dim()
         into = self._into[id(layer)] = {}  # the aggregation's node count, told by _check_destinations
-        if self._pooled and not self.hetero and not self._same_numbering(edges):
+        if self._pooled and not self.hetero and not self._same_numbering(layer):
             into["renumbered"] = True  # over a pooled graph (also one as large as the input)
 
         def collect(relevance: Tensor) -> None:
