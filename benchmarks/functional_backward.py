@@ -60,6 +60,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Callable, Optional
 
 import torch
@@ -266,6 +267,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions per variant (default 5)")
     parser.add_argument("--small", action="store_true", help="row counts / 100, for a quick check")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--out", default=None,
+                        help="also write the table as markdown there (e.g. benchmarks/results/functional_backward.md)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be >= 1")
@@ -275,20 +278,29 @@ def main(argv=None) -> None:
     rows, edges, groups = 100_000 // scale, 1_000_000 // scale, 50_000 // scale
     track_peak = peak_memory.can_track()
 
-    print(
+    setup = [
         f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} threads, "
-        f"float32, CPU, median of {args.repeat} (+1 warm-up), backward only"
-    )
-    print(f"linear: x [{rows}, 256] -> 256 (bias); "
-          f"scatter: src [{edges}, 64], {groups} groups along dim 0")
-    print("torch_scatter: " + ("installed" if HAVE_TORCH_SCATTER else "not installed, its rows skipped"))
+        f"float32, CPU, median of {args.repeat} (+1 warm-up), backward only",
+        f"linear: x [{rows}, 256] -> 256 (bias); scatter: src [{edges}, 64], {groups} groups along dim 0",
+        "torch_scatter: " + ("installed" if HAVE_TORCH_SCATTER else "not installed, its rows skipped"),
+    ]
     if not track_peak:
-        print("peak memory: /proc/self/clear_refs not usable here, reported as n/a")
-    print()
+        setup.append("peak memory: /proc/self/clear_refs not usable here, reported as n/a")
+    print("\n".join(setup) + "\n")
 
     cases = linear_cases(rows, 256) + scatter_cases(edges, 64, groups, HAVE_TORCH_SCATTER)
     results = [run_case(case, args.repeat, track_peak) for case in cases]
-    print(format_table(results))
+    table = format_table(results)
+    print(table)
+    if args.out:
+        command = " ".join(["python benchmarks/functional_backward.py"] + list(sys.argv[1:] if argv is None else argv))
+        date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        text = (f"# Relevance backward of functional ops against the plain backward\n\n- command: `{command}`\n"
+                f"- date: {date}\n- Python {platform.python_version()}, {os.cpu_count()} CPU cores\n"
+                + "".join(f"- {line}\n" for line in setup) + f"\n```text\n{table}\n```\n")
+        with open(args.out, "w") as f:
+            f.write(text)
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates both comparison tables, benchmarks/results/faithfulness.md and
-# benchmarks/results/cost.md (about 55 min on 2 CPU cores; run it on an idle
+# benchmarks/results/cost.md (about 35 min on 2 CPU cores; run it on an idle
 # machine: the cost table compares timings). Arguments go to both scripts,
 # e.g. --quick for a smoke run or --datasets BA-Shapes.
 set -euo pipefail

@@ -239,8 +239,9 @@ def naive_walk_relevance(model, inst, walks: torch.Tensor, rules=None) -> torch.
         def hook_for(k):
             def hook(module, args, out):
                 alias = mode.alias(out)
-                for stream in mode.streams_of(alias):
-                    stream.register_hook(lambda g, k=k: g * row_masks[k].view(-1, *([1] * (g.dim() - 1))))
+                with mode.paused():  # the pass refuses gradient hooks that a forward registers
+                    for stream in mode.streams_of(alias):
+                        stream.register_hook(lambda g, k=k: g * row_masks[k].view(-1, *([1] * (g.dim() - 1))))
                 return alias
             return hook
 

@@ -50,8 +50,9 @@ def per_walk_backward(model, x, edge_index, index, walks: torch.Tensor) -> tuple
             alias = mode.alias(out)
             level = len(masks)
             masks.append(None)
-            for t in mode.streams_of(alias):
-                t.register_hook(lambda g, level=level: g * masks[level][:, None])
+            with mode.paused():  # the pass refuses gradient hooks that a forward registers
+                for t in mode.streams_of(alias):
+                    t.register_hook(lambda g, level=level: g * masks[level][:, None])
             return alias
 
         handles = [layer.register_forward_hook(hook) for layer in layers]

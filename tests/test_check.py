@@ -167,3 +167,42 @@ def test_mode_backward_refuses_what_it_would_misread():
 def test_check_conservation_inputs_as_one_string_are_refused():
     with pytest.raises(TypeError, match=r"inputs: expected a list of argument names, .* pass \['x'\]"):
         lrp.check_conservation(torch.nn.Linear(3, 2), x=torch.randn(4, 3), inputs="x")
+
+
+def test_a_compiled_model_is_checked_as_its_module():
+    from torch_geometric.nn import GCN
+    torch.manual_seed(0)
+    model = GCN(3, 4, 2, 2).eval()
+    x, edge_index = torch.randn(5, 3), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    plain = lrp.check_conservation(model, x, edge_index)
+    compiled = lrp.check_conservation(torch.compile(model, backend="eager"), x, edge_index)
+    assert compiled.seed == pytest.approx(plain.seed) and compiled.absorbed == pytest.approx(plain.absorbed)
+    assert [row.name for row in compiled.layers] == [row.name for row in plain.layers]
+
+
+def test_mode_backward_takes_any_iterable_of_inputs():
+    lin = torch.nn.Linear(3, 2).double()
+    with lrp.relevance_pass(lin) as mode:
+        watched = {"x": mode.watch(torch.randn(4, 3, dtype=DTYPE))}
+        out = lin(watched["x"])
+        (relevance,) = mode.backward(out, out.detach(), watched.values())
+    assert relevance.shape == (4, 3) and float(relevance.abs().sum()) > 0
+
+
+def test_an_audit_closed_in_another_thread_says_so():
+    audit = lrp.RelevanceAudit()
+    audit.__enter__()
+    failure = []
+
+    def close():
+        try:
+            audit.__exit__(None, None, None)
+        except RuntimeError as error:
+            failure.append(str(error))
+
+    thread = threading.Thread(target=close)
+    thread.start()
+    thread.join()
+    audit.__exit__(None, None, None)
+    assert failure and "another thread or task" in failure[0]
+    assert not audit_module.is_active()

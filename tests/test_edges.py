@@ -606,3 +606,41 @@ def test_a_pool_that_keeps_every_node_still_renumbers_them():
     finally:
         clear_masks(model.c1)
     torch.testing.assert_close(e.edge_mask, reference, rtol=1e-9, atol=1e-12)
+
+
+def test_a_layer_that_renumbers_the_edges_its_forward_got_books_none_on_them():
+    """A custom layer gets the input's edges and propagates over the subgraph
+    of its second half, relabelled: its pairs are no input edges (the forward
+    got the graph's edges, but propagates over other pairs than theirs)."""
+    from torch_geometric.nn import MessagePassing
+    from torch_geometric.utils import subgraph
+
+    class SubConv(MessagePassing):
+        def __init__(self):
+            super().__init__(aggr="add")
+            self.lin = torch.nn.Linear(4, 2, bias=False)
+
+        def forward(self, x, edge_index, subset):
+            inner, _ = subgraph(subset, edge_index, relabel_nodes=True, num_nodes=x.shape[0])
+            return self.propagate(inner, x=self.lin(x[subset]))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = GraphConv(3, 4, bias=False), SubConv()
+
+        def forward(self, x, edge_index):
+            subset = torch.arange(3, 6)
+            return self.c2(self.c1(x, edge_index).relu(), edge_index, subset)
+
+    torch.manual_seed(3)
+    model = Net().to(DTYPE).eval()
+    x = torch.randn(6, 3, dtype=DTYPE)
+    # pair (4, 5) is (1, 2) renumbered, and (1, 2) is an input edge too
+    edge_index = torch.tensor([[1, 4, 0, 3, 5], [2, 5, 1, 4, 3]])
+    with pytest.warns(RuntimeWarning, match="neither input edges nor self-loops"):
+        e = lrp.explain(model, x, edge_index, index=2, target=torch.tensor([0]), rules=lrp.rules.Epsilon(0.0),
+                        subgraph=False, task_level="node")
+    # output row 2 (node 5) reads layer 2's message over renumbered (1, 2), i.e. from node 4, which reads
+    # layer 1's message over (3, 4): only that input edge carries relevance, not input edge (1, 2)
+    assert e.edge_mask[[0, 1, 2, 4]].abs().max() == 0 and float(e.edge_mask[3].abs()) > 0

@@ -63,6 +63,8 @@ class RelevanceAudit:
     def __exit__(self, *exc) -> None:
         if self._opened is None:
             raise RuntimeError("RelevanceAudit: this audit is not open.")
+        if self not in _open_audits.get():
+            raise RuntimeError("RelevanceAudit: closed in another thread or task than the one it was opened in.")
         if _open_audits.get()[-1:] != (self,):
             raise RuntimeError("RelevanceAudit: an audit opened after this one is still open; close audits in "
                                "the reverse order of opening (with blocks do).")

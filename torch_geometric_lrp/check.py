@@ -11,7 +11,7 @@ from torch import Tensor
 from .audit import RelevanceAudit
 from .explainers.core import check_layer_state
 from .maps import _Close
-from .mode import current_mode, relevance_pass
+from .mode import current_mode, relevance_pass, unwrap
 from .rules import Rule
 
 _CLOSE = _Close._backward_cls  # the backward node of a map's end
@@ -156,6 +156,7 @@ def check_conservation(
             "check_conservation: the inputs hold dicts ({node_type: x}, {edge_type: edge_index}): heterogeneous "
             "models are not checked module by module yet. lrp.explain and LRP in PyG's Explainer explain them "
             "and report the totals (score, relevance_total, absorbed, lost, residual).")
+    model = unwrap(model)  # a torch.compile-d model: its eager module (the pass runs op by op)
     given = (args, kwargs)  # as the user's model takes them, before the carriers are made leaves
     check_layer_state(model, lambda: model(*given[0], **given[1]))
     names = [str(i) for i in range(len(args))] + list(kwargs)

@@ -1784,9 +1784,10 @@ class RelevanceMode(TorchFunctionMode):
         no caller compared the output with a plain forward, it warns."""
         if not isinstance(out, Tensor):
             raise TypeError(f"out: expected the output tensor of the forward, got {type(out).__name__}.")
-        if isinstance(inputs, Tensor) or not isinstance(inputs, Sequence):
-            raise TypeError(f"inputs: expected a list of tensors (e.g. [x]), got {type(inputs).__name__}: a tensor "
-                            f"would be read row by row.")
+        if isinstance(inputs, Tensor):
+            raise TypeError("inputs: expected a list of tensors (e.g. [x]), got a tensor, which would be read row "
+                            "by row.")
+        inputs = list(inputs)
         with self.unrouted():  # (shapes are torch calls too)
             if not isinstance(seed, Tensor) or seed.shape != out.shape:
                 shape = tuple(seed.shape) if isinstance(seed, Tensor) else type(seed).__name__

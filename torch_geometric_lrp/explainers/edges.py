@@ -385,8 +385,18 @@ class EdgeRelevance:
         if propagated is None:
             return True  # a sparse adjacency: its messages are not matched by pairs
         mode = current_mode()
-        return any(edges is self._inputs[None] or (mode is not None and mode.columns_of(edges) is not None)
-                   for edges in [propagated, *self._forward_edges.get(id(layer), [])])
+
+        def graphs(edges: Tensor) -> bool:
+            return edges is self._inputs[None] or (mode is not None and mode.columns_of(edges) is not None)
+
+        if graphs(propagated):
+            return True
+        with torch._C.DisableTorchFunction():  # bookkeeping
+            own = propagated[:, propagated[0] != propagated[1]]
+            # the graph's edges its forward got, with self-loops dropped or added only (the same pairs
+            # otherwise, in order); a layer that renumbers them itself propagates over other pairs
+            return any(graphs(edges) and torch.equal(edges[:, edges[0] != edges[1]], own)
+                       for edges in self._forward_edges.get(id(layer), []))
 
     def _book_unmatched(self, layer, relevance: Tensor) -> None:
         if relevance.numel():
