@@ -670,6 +670,9 @@ def cost_section(runs, checks) -> list:
                 f"small `top_k={COST_TOP_K}` costs {top:.2f}x `top_k=None`."]
     out += ["", "## Checks (asserted on every instance; the run stops if one fails)", ""]
     for c in checks.values():
+        if not c.count:  # a check switched off (--naive 0): no comparison to report
+            out.append(f"- {c.what}: not run")
+            continue
         out.append(f"- {c.what}: {c.count} comparisons, largest difference {c.worst:.1e} of the largest "
                    f"|value| (tolerance {c.tolerance:.0e})")
     out.append("")

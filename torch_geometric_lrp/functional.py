@@ -37,7 +37,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from . import audit
-from .rules import Epsilon, Rule, divide, times
+from .rules import Epsilon, Rule, divide, guarded, times
 
 try:  # optional back-end
     import torch_scatter
@@ -286,7 +286,15 @@ class _Scatter(Function):
         if ctx.reduce in ("sum", "mean"):
             # out is the un-normalised sum here: R_i = src_i * R / sum
             s, dropped = divide(relevance, out)
-            r = times(src, _pick(s, index, dim))
+            picked = _pick(s, index, dim)
+            if picked.shape == src.shape and picked.dtype == src.dtype:
+                # times() in place on the fresh gather: one tensor of src's size, as the plain backward makes
+                zero = (picked == 0) if guarded() else None
+                r = picked.mul_(src)
+                if zero is not None:
+                    r.masked_fill_(zero, 0)
+            else:
+                r = times(src, picked)
         else:
             r, dropped = _winner_takes_all(src, index, dim, out, relevance)
         _record(f"scatter_{ctx.reduce}", relevance, dropped, r)

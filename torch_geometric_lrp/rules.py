@@ -89,6 +89,11 @@ def nonfinite_guard(active: bool = True) -> Iterator[None]:
         _guard.reset(token)
 
 
+def guarded() -> bool:
+    """Whether :func:`nonfinite_guard` is on (in this thread or task)."""
+    return _guard.get()
+
+
 def times(value: Tensor, relevance: Tensor) -> Tensor:
     """``value * relevance``; under :func:`nonfinite_guard`, 0 where the
     relevance (or gradient) is 0 whatever the value."""
