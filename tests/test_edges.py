@@ -571,23 +571,39 @@ def test_a_gcn_layer_on_a_prefix_of_the_nodes_keeps_its_input_edges(how):
     torch.testing.assert_close(e.edge_mask, expected, rtol=1e-9, atol=1e-12)
 
 
-def test_a_pool_that_keeps_every_node_still_renumbers_them():
+@pytest.mark.parametrize("built", ["TopKPooling", "SelectTopK + FilterEdges"])
+def test_a_pool_that_keeps_every_node_still_renumbers_them(built):
     """TopKPooling(ratio=10) on a 6-node graph keeps all six, sorted by score:
-    as many nodes as the input, numbered anew. Layer 2's pairs are no input
-    edges; edge_mask is layer 1's messages alone (reference: LRP-0 with the
-    pooling gate held constant, detached, is a multiplier's gradient)."""
+    as many nodes as the input, numbered anew (also built from its public
+    parts). Layer 2's pairs are no input edges; edge_mask is layer 1's
+    messages alone (reference: LRP-0 with the pooling gate held constant,
+    detached, is a multiplier's gradient)."""
     from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
     from torch_geometric.nn import TopKPooling, global_mean_pool
+    from torch_geometric.nn.pool.connect import FilterEdges
+    from torch_geometric.nn.pool.select import SelectTopK
+
+    def gate(s):
+        return torch.tanh(s).detach()
 
     class KeepAll(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.c1, self.c2 = GraphConv(3, 8, bias=False), GraphConv(8, 8, bias=False)
-            self.pool = TopKPooling(8, ratio=10, nonlinearity=lambda s: torch.tanh(s).detach())
+            if built == "TopKPooling":
+                self.pool = TopKPooling(8, ratio=10, nonlinearity=gate)
+            else:
+                self.select, self.connect = SelectTopK(8, ratio=10, act=gate), FilterEdges()
             self.head = torch.nn.Linear(8, 2, bias=False)
 
         def forward(self, x, edge_index, batch):
-            h, pooled, _, batch, perm, _ = self.pool(self.c1(x, edge_index).relu(), edge_index, batch=batch)
+            h = self.c1(x, edge_index).relu()
+            if built == "TopKPooling":
+                h, pooled, _, batch, perm, _ = self.pool(h, edge_index, batch=batch)
+            else:
+                kept = self.select(h, batch)
+                perm, pooled = kept.node_index, self.connect(kept, edge_index, batch=batch).edge_index
+                h, batch = h[perm] * kept.weight.view(-1, 1), batch[perm]
             assert perm.numel() == x.shape[0]
             return self.head(global_mean_pool(self.c2(h, pooled).relu(), batch))
 
@@ -644,3 +660,82 @@ def test_a_layer_that_renumbers_the_edges_its_forward_got_books_none_on_them():
     # output row 2 (node 5) reads layer 2's message over renumbered (1, 2), i.e. from node 4, which reads
     # layer 1's message over (3, 4): only that input edge carries relevance, not input edge (1, 2)
     assert e.edge_mask[[0, 1, 2, 4]].abs().max() == 0 and float(e.edge_mask[3].abs()) > 0
+
+
+@pytest.mark.parametrize("prepare", ["to_undirected", "clone"])
+def test_a_unet_layer_after_unpooling_books_its_input_graph_edges(prepare):
+    """A U-Net prepares its edge list once (to_undirected of an undirected
+    input, a clone: the graph's ids) and runs layer 1 on it, pools, and runs
+    layer 3 on it again after unpooling: both layers' messages are input
+    edges (after pooling, an edge list a layer got before it keeps the
+    graph's numbering). Reference: LRP-0 multipliers on layers 1 and 3."""
+    from torch_geometric.nn import TopKPooling, global_add_pool
+    from torch_geometric.utils import to_undirected
+
+    class UNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2, self.c3 = (GraphConv(3, 6, bias=False), GraphConv(6, 6, bias=False),
+                                         GraphConv(6, 6, bias=False))
+            self.pool = TopKPooling(6, ratio=0.5, nonlinearity=lambda s: torch.tanh(s).detach())
+            self.head = torch.nn.Linear(6, 2, bias=False)
+
+        def forward(self, x, edge_index):
+            edges = to_undirected(edge_index) if prepare == "to_undirected" else edge_index.clone()
+            h = self.c1(x, edges).relu()
+            pooled, pooled_edges, _, _, perm, _ = self.pool(h, edges)
+            up = torch.zeros_like(h)
+            up[perm] = self.c2(pooled, pooled_edges).relu()
+            return self.head(global_add_pool(self.c3(h + up, edges).relu(), None))
+
+    torch.manual_seed(1)
+    model = UNet().to(DTYPE).eval()
+    ring = torch.arange(8)
+    edge_index = torch.stack([torch.cat([ring, (ring + 1) % 8]), torch.cat([(ring + 1) % 8, ring])])
+    x = torch.randn(8, 3, dtype=DTYPE)
+    with pytest.warns(RuntimeWarning, match="TopKPooling"):  # layer 2's share only
+        e = lrp.explain(model, x, edge_index, index=0, target=torch.tensor([1]), rules=lrp.rules.Epsilon(0.0))
+    weights = {}
+    hooks = [layer.register_message_forward_hook(
+        lambda m, i, out: out * weights.setdefault(m, torch.ones(out.shape[0], dtype=DTYPE,
+                                                                 requires_grad=True)).view(-1, 1))
+        for layer in (model.c1, model.c3)]
+    try:
+        score = model(x, edge_index)[0, 1]
+        expected = sum(torch.autograd.grad(score, [weights[model.c1], weights[model.c3]]))
+    finally:
+        for h in hooks:
+            h.remove()
+    used = to_undirected(edge_index) if prepare == "to_undirected" else edge_index
+    assert torch.equal(used, edge_index) or prepare == "to_undirected"
+    position = {tuple(p): k for k, p in enumerate(edge_index.t().tolist())}
+    reference = torch.zeros(edge_index.shape[1], dtype=DTYPE)
+    for k, pair in enumerate(used.t().tolist()):
+        reference[position[tuple(pair)]] += expected[k]
+    torch.testing.assert_close(e.edge_mask, reference, rtol=1e-9, atol=1e-12)
+
+
+def test_a_layer_over_a_sparse_adjacency_of_its_own_is_named():
+    """PANConv builds a SparseTensor path matrix from edge_index and
+    aggregates over it fused: no message is seen, so edge_mask has nothing of
+    it; a warning says so (before: all zeros, without a word)."""
+    from torch_geometric.nn import PANConv, global_add_pool
+
+    class Pan(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.head = PANConv(3, 4, filter_size=1), torch.nn.Linear(4, 2)
+
+        def forward(self, x, edge_index):
+            h, _ = self.conv(x, edge_index)
+            return self.head(global_add_pool(h.relu(), None))
+
+    torch.manual_seed(0)
+    model = Pan().eval()  # float32: PANConv's path matrix is
+    ring = torch.arange(5)
+    edge_index = torch.stack([torch.cat([ring, (ring + 1) % 5]), torch.cat([(ring + 1) % 5, ring])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's notes on sparse tensors
+        with pytest.warns(RuntimeWarning, match="PANConv in Pan propagated over a sparse adjacency it built itself"):
+            e = lrp.explain(model, torch.randn(5, 3), edge_index, index=0)
+    assert float(e.edge_mask.abs().sum()) == 0 and abs(float(e.residual)) < 1e-5

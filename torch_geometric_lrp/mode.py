@@ -2339,7 +2339,9 @@ class RelevanceMode(TorchFunctionMode):
                 f"'{name}' in {self.where()} carries relevance but has no relevance rule; running it "
                 f"with its gradient would break conservation. Rewrite it with "
                 f"torch_geometric_lrp.functional ops, detach an operand that is a gate (attention, "
-                f"normalisation), or pass strict=False to only report it."
+                f"normalisation), or pass strict=False to only report it (where the op only feeds a value the "
+                f"output does not use, such as dense_diff_pool's auxiliary losses, strict=False explains the "
+                f"output exactly: lrp.explain's residual shows it)."
             )
         self.unsupported[key] += 1
         for t in (out if isinstance(out, (tuple, list)) else (out,)):

@@ -324,6 +324,12 @@ class Pass:
         input edges nor self-loops) carried relevance: ``edge_mask`` has no
         entry for them, so it would not add up to what the layers passed on."""
         edges = self._edges
+        if edges is not None and edges.sparse_layers:
+            layers = ", ".join(dict.fromkeys(edges.sparse_layers))
+            warnings.warn(f"LRP: {layers} in {type(unwrap(self.model)).__name__} propagated over a sparse adjacency "
+                          f"it built itself (as PANConv's path matrix), whose messages are aggregated without being "
+                          f"seen one by one: edge_mask has no entry for their relevance, which is in the node masks.",
+                          RuntimeWarning, stacklevel=4)
         if edges is None or not edges.unmatched_layers:
             return
         magnitude = edges.unmatched_magnitude

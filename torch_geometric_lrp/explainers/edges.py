@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.conv import DirGNNConv, HypergraphConv, MessagePassing
 from torch_geometric.nn.pool import ASAPooling, ClusterPooling, EdgePooling, PANPooling, SAGPooling, TopKPooling
+from torch_geometric.nn.pool.connect import Connect
+from torch_geometric.nn.pool.select import Select
 from torch_geometric.nn.module_dict import ModuleDict as PyGModuleDict
 
 from ..mode import current_mode
@@ -28,7 +30,7 @@ __all__ = ["EdgeRelevance", "match_edges", "Routing", "route", "SortedEdges"]
 # another order): from then on, a pair (i, j) of an edge list the pass did not follow from the input's
 # is no input edge (i, j), even where the pooled graph has as many nodes (TopKPooling(ratio=k) on
 # graphs of fewer than k nodes keeps them all, sorted by score).
-RENUMBERING_POOLS = (ASAPooling, ClusterPooling, EdgePooling, PANPooling, SAGPooling, TopKPooling)
+RENUMBERING_POOLS = (ASAPooling, ClusterPooling, EdgePooling, PANPooling, SAGPooling, TopKPooling, Select, Connect)
 
 
 @dataclass
@@ -155,6 +157,8 @@ class EdgeRelevance:
         self._layers = [m for m in model.modules() if isinstance(m, MessagePassing)]
         self._pools = [m for m in model.modules() if isinstance(m, RENUMBERING_POOLS)]
         self._pooled = False  # a pooling layer of RENUMBERING_POOLS has returned in this forward
+        self._before_pooling: list = []  # edge tensors layers got before it: the graph's numbering
+        self.sparse_layers: list[str] = []  # layers that propagated over a sparse adjacency of their own
         self._edge_type_of = _registered_edge_types(model, self._inputs) if self.hetero else {}
         self._hooks: list = []
         self._current: dict[int, Optional[Tensor]] = {}
@@ -257,8 +261,11 @@ class EdgeRelevance:
         if threading.get_ident() != self._thread:
             return None
         if not self.hetero:
-            self._forward_edges[id(layer)] = [v for v in (*args, *kwargs.values()) if isinstance(v, Tensor)
-                                              and v.dim() == 2 and v.shape[0] == 2 and not v.is_floating_point()]
+            edges = [v for v in (*args, *kwargs.values()) if isinstance(v, Tensor) and v.dim() == 2
+                     and v.shape[0] == 2 and not v.is_floating_point()]
+            self._forward_edges[id(layer)] = edges
+            if not self._pooled:
+                self._before_pooling.extend(edges)
             return None
         given = None
         for value in (*args, *kwargs.values()):
@@ -288,6 +295,10 @@ class EdgeRelevance:
             self._bipartite[id(layer)] = any(a is not None and b is not None and a != b for a, b in sizes)
         self._current[id(layer)] = edge_index if isinstance(edge_index, Tensor) and not edge_index.is_sparse \
             and edge_index.layout == torch.strided else None
+        if self._current[id(layer)] is None and not self.hetero and self._inputs[None].numel():
+            # a sparse adjacency the layer built from the input's edges (PANConv's path matrix): its messages
+            # are aggregated fused, unseen, so edge_mask misses them; the pass says so
+            self.sparse_layers.append(type(layer).__name__)
 
     def _locate(self, layer, edges: Tensor) -> list:
         """``[(key, Routing)]``: where the messages over ``edges`` go, per
@@ -387,7 +398,10 @@ class EdgeRelevance:
         mode = current_mode()
 
         def graphs(edges: Tensor) -> bool:
-            return edges is self._inputs[None] or (mode is not None and mode.columns_of(edges) is not None)
+            # the input's edges, a followed selection of them, or edges a layer got before any pooling ran
+            # (a U-Net's own prepared edge list, used again after unpooling)
+            return edges is self._inputs[None] or (mode is not None and mode.columns_of(edges) is not None) or \
+                (self._pooled and any(edges is seen for seen in self._before_pooling))
 
         if graphs(propagated):
             return True
