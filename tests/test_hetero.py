@@ -785,8 +785,29 @@ def test_convert_and_check_conservation_name_heterogeneous_models():
                   HeteroConv({k: SAGEConv((3, 3), 4) for k in edges})):
         with pytest.raises(lrp.UnsupportedModuleError, match="(?s)is a heterogeneous model.*lrp.explain"):
             lrp.convert(model)
-        with pytest.raises(TypeError, match="check_conservation: the inputs hold dicts.*lrp.explain"):
+        with pytest.raises(TypeError, match="check_conservation: the inputs hold a HeteroData or dicts.*lrp.explain"):
             lrp.check_conservation(model, x, edges)
+
+    class ByData(torch.nn.Module):
+        """Takes the graph as one HeteroData (or its dicts in a list)."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = to_hetero(Plain(), (list(x), list(edges)))
+
+        def forward(self, data):
+            if isinstance(data, list):
+                return self.inner(*data)
+            return self.inner(data.x_dict, data.edge_index_dict)
+
+    data = HeteroData()
+    for key, value in x.items():
+        data[key].x = value
+    for key, value in edges.items():
+        data[key].edge_index = value
+    for given in (data, [x, edges]):  # before: "input '0' must be a floating-point tensor"
+        with pytest.raises(TypeError, match="the inputs hold a HeteroData or dicts"):
+            lrp.check_conservation(ByData(), given)
 
 
 def _message_weight_gradients(model, layer, x_dict, edge_index_dict, row):

@@ -7,6 +7,7 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
+from torch_geometric.data import HeteroData
 
 from .audit import RelevanceAudit
 from .explainers.core import check_layer_state
@@ -150,12 +151,18 @@ def check_conservation(
         per op), relevance entering and leaving every module, and every op
         that ran without a relevance rule.
     """
-    if any(isinstance(v, dict) and v and all(isinstance(t, Tensor) for t in v.values())
-           for v in (*args, *kwargs.values())):
+    def heterogeneous(value) -> bool:
+        if isinstance(value, HeteroData):
+            return True
+        if isinstance(value, dict) and value and all(isinstance(t, Tensor) for t in value.values()):
+            return True
+        return isinstance(value, (list, tuple)) and any(heterogeneous(v) for v in value)
+
+    if any(heterogeneous(v) for v in (*args, *kwargs.values())):
         raise TypeError(
-            "check_conservation: the inputs hold dicts ({node_type: x}, {edge_type: edge_index}): heterogeneous "
-            "models are not checked module by module yet. lrp.explain and LRP in PyG's Explainer explain them "
-            "and report the totals (score, relevance_total, absorbed, lost, residual).")
+            "check_conservation: the inputs hold a HeteroData or dicts ({node_type: x}, {edge_type: edge_index}): "
+            "heterogeneous models are not checked module by module yet. lrp.explain and LRP in PyG's Explainer "
+            "explain them and report the totals (score, relevance_total, absorbed, lost, residual).")
     model = unwrap(model)  # a torch.compile-d model: its eager module (the pass runs op by op)
     given = (args, kwargs)  # as the user's model takes them, before the carriers are made leaves
     check_layer_state(model, lambda: model(*given[0], **given[1]))
