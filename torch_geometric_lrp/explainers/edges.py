@@ -264,7 +264,7 @@ class EdgeRelevance:
             edges = [v for v in (*args, *kwargs.values()) if isinstance(v, Tensor) and v.dim() == 2
                      and v.shape[0] == 2 and not v.is_floating_point()]
             self._forward_edges[id(layer)] = edges
-            if not self._pooled:
+            if self._pools and not self._pooled:  # only a model with a pooling layer needs them
                 self._before_pooling.extend(edges)
             return None
         given = None
