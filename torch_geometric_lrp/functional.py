@@ -37,7 +37,7 @@ from torch import Tensor
 from torch.autograd import Function
 
 from . import audit
-from .rules import Epsilon, Rule, divide, guarded, times
+from .rules import Epsilon, Rule, divide, times
 
 try:  # optional back-end
     import torch_scatter
@@ -286,15 +286,9 @@ class _Scatter(Function):
         if ctx.reduce in ("sum", "mean"):
             # out is the un-normalised sum here: R_i = src_i * R / sum
             s, dropped = divide(relevance, out)
-            picked = _pick(s, index, dim)
-            if picked.shape == src.shape and picked.dtype == src.dtype:
-                # times() in place on the fresh gather: one tensor of src's size, as the plain backward makes
-                zero = (picked == 0) if guarded() else None
-                r = picked.mul_(src)
-                if zero is not None:
-                    r.masked_fill_(zero, 0)
-            else:
-                r = times(src, picked)
+            picked = _pick(s, index, dim)  # a fresh gather: multiplied in place where it has src's shape, one
+            # tensor of src's size as the plain backward makes
+            r = times(src, picked, in_place=picked.shape == src.shape and picked.dtype == src.dtype)
         else:
             r, dropped = _winner_takes_all(src, index, dim, out, relevance)
         _record(f"scatter_{ctx.reduce}", relevance, dropped, r)

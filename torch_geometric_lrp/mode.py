@@ -1788,11 +1788,7 @@ class RelevanceMode(TorchFunctionMode):
             raise TypeError("inputs: expected a list of tensors (e.g. [x]), got a tensor, which would be read row "
                             "by row.")
         inputs = list(inputs)
-        with self.unrouted():  # (shapes are torch calls too)
-            if not isinstance(seed, Tensor) or seed.shape != out.shape:
-                shape = tuple(seed.shape) if isinstance(seed, Tensor) else type(seed).__name__
-                raise ValueError(f"seed: expected a tensor of the output's shape {tuple(out.shape)}, got {shape}.")
-        out_is_stale = isinstance(out, Tensor) and out in self._stale
+        out_is_stale = out in self._stale
         if (self.stale_used or out_is_stale) and not self.in_place_checked:
             self.in_place_checked = True  # once per pass
             ops = self.stale_used + ([self._stale.get(out)] if out_is_stale else [])
@@ -1800,7 +1796,10 @@ class RelevanceMode(TorchFunctionMode):
                           f"({', '.join(dict.fromkeys(ops))}) and went on with the tensor they were to change; "
                           f"in the pass they run out of place, so the pass computed something else than the "
                           f"model. Write them out of place (x = x.mul(a)).", RuntimeWarning, stacklevel=2)
-        with self.unrouted():
+        with self.unrouted():  # (shapes are torch calls too)
+            if not isinstance(seed, Tensor) or seed.shape != out.shape:
+                shape = tuple(seed.shape) if isinstance(seed, Tensor) else type(seed).__name__
+                raise ValueError(f"seed: expected a tensor of the output's shape {tuple(out.shape)}, got {shape}.")
             for i, t in enumerate(inputs):
                 if isinstance(t, Tensor) and t.is_floating_point() and not t.requires_grad:
                     raise ValueError(f"inputs[{i}]: does not carry relevance (it does not require grad), so none "

@@ -89,14 +89,15 @@ def nonfinite_guard(active: bool = True) -> Iterator[None]:
         _guard.reset(token)
 
 
-def guarded() -> bool:
-    """Whether :func:`nonfinite_guard` is on (in this thread or task)."""
-    return _guard.get()
-
-
-def times(value: Tensor, relevance: Tensor) -> Tensor:
+def times(value: Tensor, relevance: Tensor, in_place: bool = False) -> Tensor:
     """``value * relevance``; under :func:`nonfinite_guard`, 0 where the
-    relevance (or gradient) is 0 whatever the value."""
+    relevance (or gradient) is 0 whatever the value. ``in_place``:
+    ``relevance`` is a fresh tensor of the result's shape and dtype, written
+    over (one tensor of that size less)."""
+    if in_place:
+        zero = (relevance == 0) if _guard.get() else None
+        out = relevance.mul_(value)
+        return out if zero is None else out.masked_fill_(zero, 0)
     out = value * relevance
     if _guard.get():
         out = out.masked_fill_(relevance == 0, 0) if out.shape == relevance.shape else \

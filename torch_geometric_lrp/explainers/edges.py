@@ -376,7 +376,7 @@ class EdgeRelevance:
         if into is not None and isinstance(dim_size, int) and dim_size != self._num_nodes:
             # more nodes, or another set than the sources: not the graph's nodes
             into["other"] = dim_size > self._num_nodes or self._bipartite.get(id(layer), False)
-            if not into["other"]:
+            if not into["other"] and "renumbered" not in into:  # (told already after a pooling layer)
                 # Fewer nodes: PyG's trim_to_layer keeps a prefix of the graph's nodes and edges (ids
                 # unchanged); pooling (TopKPooling, SAGPooling, EdgePooling) or subgraph(relabel_nodes=True)
                 # numbers the nodes anew, where a pair (i, j) is no longer input edge (i, j).
@@ -428,8 +428,8 @@ class EdgeRelevance:
             located = self._locate(layer, edges)
         node_dim = layer.node_dim % messages.dim()
         into = self._into[id(layer)] = {}  # the aggregation's node count, told by _check_destinations
-        if self._pooled and not self.hetero and not self._same_numbering(layer):
-            into["renumbered"] = True  # over a pooled graph (also one as large as the input)
+        if self._pooled and not self.hetero:  # over a pooled graph (also one as large as the input)?
+            into["renumbered"] = not self._same_numbering(layer)
 
         def collect(relevance: Tensor) -> None:
             dims = [d for d in range(relevance.dim()) if d != node_dim]
