@@ -206,3 +206,19 @@ def test_an_audit_closed_in_another_thread_says_so():
     audit.__exit__(None, None, None)
     assert failure and "another thread or task" in failure[0]
     assert not audit_module.is_active()
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_check_conservation_under_no_grad_and_inference_mode(context):
+    """As ``lrp.explain``: the check enables what it needs for itself (under
+    ``inference_mode`` it failed with "cannot register a hook on a tensor
+    that doesn't require gradient")."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).eval()
+    x = torch.rand(5, 4)
+    expected = lrp.check_conservation(model, x)
+    with context():
+        found = lrp.check_conservation(model, x)
+    assert found.input_relevance == expected.input_relevance and found.seed == expected.seed
+    assert [(r.name, r.entering, r.leaving) for r in found.layers] == \
+        [(r.name, r.entering, r.leaving) for r in expected.layers]

@@ -233,6 +233,18 @@ def test_unsupported_modules_are_listed_by_name_and_type():
     assert "lrp.register(RNN)" in message
 
 
+def test_parametrized_modules_are_refused_with_what_works():
+    """torch makes a class per parametrized module (``weight_norm``), so the
+    generic advice, ``lrp.register(ParametrizedLinear)``, did not help."""
+    model = torch.nn.Sequential(torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(3, 3)), torch.nn.ReLU())
+    with pytest.raises(lrp.UnsupportedModuleError, match=r"(?s)parametrized modules.*lrp\.explain.*"
+                                                         r"remove_parametrizations") as info:
+        lrp.convert(model)
+    assert "lrp.register" not in str(info.value)
+    torch.nn.utils.parametrize.remove_parametrizations(model[0], "weight")
+    lrp.convert(model)
+
+
 def test_a_rule_for_a_type_declares_it_supported():
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanhshrink())
     with pytest.raises(lrp.UnsupportedModuleError):

@@ -853,3 +853,84 @@ def test_explain_edge_masks_left_on_by_the_user_are_refused_where_they_change_th
         assert all(m._explain and m._edge_mask is mask for m in model.modules() if isinstance(m, MessagePassing))
     finally:
         clear_masks(model)
+
+
+@pytest.mark.parametrize("kind", ["full", "pre", "old"])
+def test_a_module_backward_hook_does_not_run_during_the_pass(kind):
+    """A module backward hook (a gradient monitor, per-sample gradients)
+    was refused as an unknown autograd Function, and with ``strict=False``
+    it was called with relevance and what it returned changed the
+    explanation. It is set aside for the pass: the explanation is the
+    model's without it, and the hook is the model's again afterwards."""
+    x, edge_index, _ = inputs("node")
+    torch.manual_seed(0)
+    model = GCN(C).eval()
+    expected = lrp.explain(model, x, edge_index, index=3)
+    calls = []
+
+    def tripled(module, grad_input, grad_output=None):
+        calls.append(module)
+        return tuple(None if g is None else 3 * g for g in grad_input)
+
+    register = {"full": model.conv1.register_full_backward_hook,
+                "pre": model.conv1.register_full_backward_pre_hook,
+                "old": model.conv1.register_backward_hook}[kind]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # register_backward_hook is deprecated
+        handle = register(tripled)
+    for strict in (True, False):
+        found = lrp.explain(model, x, edge_index, index=3, strict=strict)
+        assert calls == []
+        assert_same_explanation(found, expected)
+    model(x.clone().requires_grad_(), edge_index).sum().backward()  # outside the pass the hook is the model's
+    assert calls
+    handle.remove()
+
+
+def test_a_global_module_backward_hook_is_refused_naming_it():
+    x, edge_index, _ = inputs("node")
+    model = GCN(C).eval()
+    handle = torch.nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None)
+    try:
+        with pytest.raises(RuntimeError, match=r"global module backward hook.*handle.remove\(\)"):
+            lrp.explain(model, x, edge_index, index=3)
+    finally:
+        handle.remove()
+    lrp.explain(model, x, edge_index, index=3)
+
+
+def test_parameters_made_under_inference_mode_are_refused_naming_one():
+    """A model built under ``torch.inference_mode()`` failed with torch's
+    bare "Inference tensors cannot be saved for backward"."""
+    x, edge_index, _ = inputs("node")
+    with torch.inference_mode():
+        model = GCN(C).eval()
+    with pytest.raises(RuntimeError, match=r"model: 'conv1\.\w+' is an inference tensor.*load_state_dict"):
+        lrp.explain(model, x, edge_index, index=3)
+    rebuilt = GCN(C).eval()
+    rebuilt.load_state_dict(model.state_dict())
+    assert_conserved(lrp.explain(rebuilt, x, edge_index, index=3))
+
+
+def test_a_forward_that_fails_with_a_cache_keeps_its_error_as_the_cause():
+    """Where the model fails with its caches but runs without them, the error
+    blames the caches and chains the model's own error, which may have
+    another cause."""
+    x, edge_index, _ = inputs("node")
+    model = _cached_model()
+    with torch.no_grad():
+        model(x, edge_index)  # caches this graph
+    failing = {"left": 1}
+
+    def fail_once(module, args):
+        if failing["left"]:
+            failing["left"] -= 1
+            raise RuntimeError("out of memory (once)")
+
+    handle = model.conv1.register_forward_pre_hook(fail_once)
+    try:
+        with pytest.raises(ValueError, match=r"hold a cache") as raised:
+            lrp.explain(model, x, edge_index, index=3)
+    finally:
+        handle.remove()
+    assert isinstance(raised.value.__cause__, RuntimeError) and "out of memory" in str(raised.value.__cause__)

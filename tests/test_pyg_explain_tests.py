@@ -35,6 +35,8 @@ def test_failures_are_sorted_by_kind():
     assert runner.kind_of("test_topk_threshold[object-topk-1]", "assert tensor(0) == 1") == "positive mask"
     assert runner.kind_of("test_topk_threshold[object-topk-1]", "RuntimeError: boom") == "failed"
     assert runner.kind_of("test_forward[a]", "assert 1 == 2") == "failed"
+    assert runner.kind_of("test_forward[phenomenon-target1]", "ValueError: target: expected one entry per output "
+                          "row (1) or per explained row (1); got shape (2,).") == "bad target"
 
 
 SUITE = '''

@@ -181,7 +181,8 @@ def check_conservation(
         value = args[int(name)] if name.isdigit() else kwargs[name]
         if not (isinstance(value, Tensor) and value.is_floating_point()):
             raise TypeError(f"check_conservation: input {name!r} must be a floating-point tensor.")
-        leaf = value.detach().clone().requires_grad_()
+        with torch.inference_mode(False):  # a leaf that can require grad, also called under inference mode
+            leaf = value.detach().clone().requires_grad_()
         carriers[name] = leaf
         if name.isdigit():
             args[int(name)] = leaf

@@ -432,6 +432,15 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
                 f"lrp.convert: {type(model).__name__} is a heterogeneous model (it holds\n{lines}\n), which "
                 f"lrp.convert does not copy yet. Explain it as it is: lrp.explain(model, x_dict, "
                 f"edge_index_dict, ...) or LRP in PyG's Explainer, with rules= for the composite.")
+        if any(torch.nn.utils.parametrize.is_parametrized(m) for m in model.modules()):
+            # torch makes a class per parametrized module, and its parametrizations are modules too:
+            # registering them one by one is no way out
+            raise UnsupportedModuleError(
+                f"lrp.convert: {type(model).__name__} has parametrized modules (torch.nn.utils.parametrize: "
+                f"weight_norm, spectral_norm, orthogonal), which lrp.convert does not copy:\n{lines}\n"
+                f"Explain the model as it is (lrp.explain, or LRP in PyG's Explainer, with rules= for the "
+                f"composite), or remove the parametrizations first "
+                f"(torch.nn.utils.parametrize.remove_parametrizations(module, 'weight')).")
         raise UnsupportedModuleError(
             f"lrp.convert: {len(unsupported)} module(s) have no relevance support:\n{lines}\n"
             f"If a module only computes with ops that have relevance rules (linear maps, sums, "

@@ -2549,6 +2549,15 @@ def _prepare(module: torch.nn.Module, undo: list) -> None:
     if module.training:
         module.training = False
         undo.append((module, "training", True))
+    for attr in ("_backward_hooks", "_backward_pre_hooks"):
+        # The user's module backward hooks (gradient monitors, per-sample
+        # gradients) would be called with relevance, and what they return
+        # would change it: the pass's backward is no gradient. Set aside
+        # for the pass, like the tensor hooks the mode drops.
+        hooks = vars(module).get(attr)
+        if hooks:
+            undo.append((module, attr, hooks))
+            object.__setattr__(module, attr, OrderedDict())
     for attr, off in (("fuse", False), ("cached", False), ("_explain", False)):
         if _attribute(module, attr) is True:
             object.__setattr__(module, attr, off)
@@ -2562,6 +2571,31 @@ def _prepare(module: torch.nn.Module, undo: list) -> None:
     if swap is not None:
         undo.append((module, "__class__", type(module)))
         module.__class__ = swap
+
+
+def _check_no_global_backward_hooks() -> None:
+    """Refuse global module backward hooks: they would see relevance in
+    every module's backward, and they cannot be set aside for one thread."""
+    from torch.nn.modules import module as module_hooks
+    if module_hooks._global_backward_hooks or module_hooks._global_backward_pre_hooks:
+        raise RuntimeError(
+            "relevance_pass: a global module backward hook is registered "
+            "(torch.nn.modules.module.register_module_full_backward_hook or "
+            "register_module_full_backward_pre_hook): it would be called with relevance instead of gradients "
+            "and could change it. Remove it (handle.remove()) for the explanation and register it again "
+            "after; hooks on the model's own modules are set aside for the pass by themselves.")
+
+
+def _check_no_inference_tensors(model: torch.nn.Module) -> None:
+    """Refuse parameters and buffers made under ``torch.inference_mode()``:
+    no backward can run through them."""
+    if not any(t.is_inference() for t in itertools.chain(model.parameters(), model.buffers())):
+        return
+    name = next(n for n, t in itertools.chain(model.named_parameters(), model.named_buffers()) if t.is_inference())
+    raise RuntimeError(
+        f"model: {name!r} is an inference tensor (the model was built under torch.inference_mode()), and "
+        f"relevance needs a backward pass through it. Build the model outside inference mode; its weights "
+        f"can be loaded there from any state_dict (model.load_state_dict(state)).")
 
 
 def _undo(undo: list) -> None:
@@ -2635,12 +2669,14 @@ def relevance_pass(
         raise RuntimeError("relevance_pass: a relevance pass is open already in this thread (an explanation or "
                            "check_conservation called inside relevance_pass, or from a model's forward during "
                            "an explanation); run them one after the other.")
+    _check_no_global_backward_hooks()
     hooked: dict = {}
     by_type: tuple = ()
     unused: tuple = ()
     if model is not None:
         model = unwrap(model)
         named = list(model.named_modules())
+        _check_no_inference_tensors(model)
         if rules is None and default_rule is not None:
             by_name = {}  # one rule everywhere
         elif rules is None and hasattr(model, "_lrp_rules"):

@@ -518,7 +518,7 @@ def check_layer_state(model: torch.nn.Module, call: Callable[[], object]) -> Non
         fixes.append("clear the masks (torch_geometric.explain.algorithm.utils.clear_masks(model))")
     raise ValueError(f"model: {' and '.join(parts)}: the model's output on this input {how}. LRP explains what the "
                      f"layers compute from the input given (a pass reads neither caches nor explain masks), which is "
-                     f"not what the model computes here. First {', and '.join(fixes)}.")
+                     f"not what the model computes here. First {', and '.join(fixes)}.") from failed
 
 
 def explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
