@@ -620,13 +620,15 @@ def evaluator_for(trained: Trained) -> Explainer:
 can_track_peak, reset_peak, peak = peak_memory.can_track, peak_memory.reset, peak_memory.peak
 
 
-def header(title: str, argv: list[str], seed: int, extra: list[str] = ()) -> str:
+def header(title: str, argv: list[str], seed: int, extra: list[str] = (),
+           seeded: str = "datasets, model initialisation, training, instance sample, explainers") -> str:
+    """The standard header; ``seeded`` says what ``seed`` seeds."""
     lines = [
         f"# {title}",
         "",
         f"- command: `python {' '.join([os.path.relpath(sys.argv[0], ROOT)] + argv)}`",
         f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- seed: {seed} (datasets, model initialisation, training, instance sample, explainers)",
+        f"- seed: {seed} ({seeded})",
         f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, "
         f"torch_geometric_lrp {lrp.__version__}, Python {platform.python_version()}, "
         f"{os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}",

@@ -23,12 +23,16 @@ Run: ``python benchmarks/walks_scale.py [--quick]`` (writes
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import torch_geometric
 from torch_geometric.nn import GCN, MessagePassing
 
 import torch_geometric_lrp as lrp
@@ -125,9 +129,16 @@ def main(argv=None) -> None:
     lines = [
         "# Relevant walks: cost against depth and graph size",
         "",
-        f"`python benchmarks/walks_scale.py{' --quick' if args.quick else ''}`; {runtime:.0f} s on this machine "
-        f"(2 CPU cores, torch {torch.__version__}; a shared machine, so times are rough: compare "
-        f"within a row). Random graphs with E = 10 N, PyG `GCN` (hidden 64, float32), {targets} target nodes, "
+        f"- command: `python benchmarks/walks_scale.py{' --quick' if args.quick else ''}`",
+        f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; runtime {runtime:.0f} s",
+        "- seeds: each graph and its targets from `torch.Generator().manual_seed(N)`, each model's "
+        "initialisation from `torch.manual_seed(layers)`; no training",
+        f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, "
+        f"torch_geometric_lrp {lrp.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}",
+        "",
+        "A shared machine, so times are rough: compare "
+        f"within a row. Random graphs with E = 10 N, PyG `GCN` (hidden 64, float32), {targets} target nodes, "
         f"medians in seconds. \"one backward per walk\" is timed on 30 walks and extrapolated to all of "
         f"them; its walk relevances agree with `lrp.walks` to the relative difference shown.",
         "",
