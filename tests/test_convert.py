@@ -263,9 +263,16 @@ def test_op_without_rule_is_reported_by_name():
 
     x, model = torch.randn(4, 3), Sine()
     converted = lrp.convert(model)
+    # refused where relevance reaches it: the backward of the pass, or a plain one
+    with pytest.raises(lrp.UnsupportedOpError, match=r"'sin' in the model \(Sine\)"):
+        with lrp.relevance_pass(converted) as mode:
+            watched = mode.watch(x)
+            out = converted(watched)
+            mode.backward(out, out.detach(), [watched])
     with pytest.raises(lrp.UnsupportedOpError, match=r"'sin' in the model \(Sine\)"):
         with lrp.relevance_pass(converted):
-            converted(x.clone().requires_grad_())
+            x_ = x.clone().requires_grad_()
+            converted(x_).sum().backward()
     report = lrp.check_conservation(model, x)
     assert list(report.unsupported) == ["sin in the model (Sine)"]
     assert not report.conserved()

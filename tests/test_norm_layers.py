@@ -6,6 +6,8 @@ explicit version of each layer with detached statistics gives that gradient.
 """
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch_geometric.nn
@@ -183,3 +185,37 @@ def test_a_softmax_gate_inside_a_norm_layer_is_a_gate():
     inputs = x.clone().requires_grad_()
     model(inputs, edge_index, frozen=True)[0, 0].backward()
     torch.testing.assert_close(explanation.node_mask, inputs * inputs.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_an_op_without_a_rule_that_the_output_does_not_use_is_not_refused():
+    """``dense_diff_pool`` computes an auxiliary entropy loss with ``log`` (no
+    rule) that a classifier's output does not use. It was refused when the
+    op ran; it is refused only where relevance reaches it, so the model is
+    explained with ``strict=True``, exactly as with ``strict=False``."""
+    from torch_geometric.nn import dense_diff_pool
+    from torch_geometric.utils import to_dense_adj, to_dense_batch
+
+    class DiffPool(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.assign, self.head = GCNConv(F_IN, 8), torch.nn.Linear(8, 3), torch.nn.Linear(8, 2)
+
+        def forward(self, x, edge_index, uses_loss=False):
+            h = self.conv(x, edge_index).relu()
+            dense, mask = to_dense_batch(h)
+            out, _, link_loss, entropy_loss = dense_diff_pool(dense, to_dense_adj(edge_index, max_num_nodes=len(h)),
+                                                              self.assign(dense), mask)
+            y = self.head(out.mean(1))
+            return y + entropy_loss if uses_loss else y
+
+    torch.manual_seed(0)
+    x, edge_index = torch.randn(N, F_IN), erdos_renyi_graph(N, 0.3)
+    model = DiffPool().eval()  # (to_dense_adj is float32)
+    found = lrp.explain(model, x, edge_index, index=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lenient = lrp.explain(model, x, edge_index, index=0, strict=False)
+    torch.testing.assert_close(found.node_mask, lenient.node_mask, rtol=0, atol=0)
+    assert abs(found.residual) < 1e-5 * abs(found.score)
+    with pytest.raises(lrp.UnsupportedOpError, match="'log'"):  # where the output uses it, refused as before
+        lrp.explain(model, x, edge_index, index=0, uses_loss=True)

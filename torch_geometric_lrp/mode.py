@@ -27,7 +27,10 @@ mode detaches them at each op, so nothing on the model is toggled).
   (``torch_geometric_lrp.recurrent``, ``torch_geometric_lrp.attention``).
 * Anything else whose output carries relevance has no rule. It is never given
   gradient semantics silently: with ``strict=True`` it raises
-  :class:`UnsupportedOpError`, otherwise it is counted in
+  :class:`UnsupportedOpError` where relevance reaches it (the graph walk
+  before the backward, or a hook on its output for a backward of the
+  user's own; an op whose output the explained output does not use, an
+  auxiliary loss, is not refused), otherwise it is counted in
   :attr:`RelevanceMode.unsupported`.
 
 The rule in effect is the one of the innermost running module that has one
@@ -42,6 +45,7 @@ mechanism for both.
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
 import math
 from numbers import Real
@@ -1254,6 +1258,8 @@ class RelevanceMode(TorchFunctionMode):
         # integer inputs whose embedding lookups start relevance (watch_lookups)
         self._sources: list = []
         self._reported: set = set()  # grad_fn of ops counted in unsupported (strict=False)
+        # grad_fn of ops without a rule (strict=True) -> their error, raised where relevance reaches them
+        self._refused: dict = {}
         self._functions_checked = None  # the grad_fn of the last output check_functions walked from
         self.lookups: list = []  # (name, columns, watched output) per lookup, in order
         self._columns: Optional[_ByIdentity] = None  # edge lists -> the input edges of their columns (track_columns)
@@ -1877,6 +1883,8 @@ class RelevanceMode(TorchFunctionMode):
             if node is None or node in seen:
                 continue
             seen.add(node)
+            if node in self._refused:
+                raise self._refused[node]
             cls = getattr(node, "_forward_cls", None)
             if cls is not None and cls.__module__.startswith("torch_geometric_lrp."):
                 inside = cls is maps._Close or (inside and cls is not maps._Open)
@@ -2334,14 +2342,27 @@ class RelevanceMode(TorchFunctionMode):
                 f"gradient would break conservation. Build the module without it, or pass strict=False to only "
                 f"report it.")
         if self.strict:
-            raise UnsupportedOpError(
+            error = UnsupportedOpError(
                 f"'{name}' in {self.where()} carries relevance but has no relevance rule; running it "
                 f"with its gradient would break conservation. Rewrite it with "
                 f"torch_geometric_lrp.functional ops, detach an operand that is a gate (attention, "
-                f"normalisation), or pass strict=False to only report it (where the op only feeds a value the "
-                f"output does not use, such as dense_diff_pool's auxiliary losses, strict=False explains the "
-                f"output exactly: lrp.explain's residual shows it)."
-            )
+                f"normalisation), or pass strict=False to only report it (lrp.explain's residual shows what "
+                f"it changes).")
+            outputs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
+                       if isinstance(t, Tensor) and t.grad_fn is not None]
+            if not outputs:
+                raise error
+            # Refused where relevance reaches it (check_functions walks from the output before any
+            # backward), not here: an op that only feeds a value the output does not use (an auxiliary
+            # loss, as dense_diff_pool's entropy) changes no relevance.
+            for t in outputs:
+                self._refused[t.grad_fn] = error
+                self._own_hooks = True  # and where a backward of the user's own reaches it
+                try:
+                    t.register_hook(functools.partial(_raise, error))
+                finally:
+                    self._own_hooks = False
+            return
         self.unsupported[key] += 1
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(t, Tensor) and t.grad_fn is not None:
@@ -2472,6 +2493,10 @@ def _node_name(node) -> str:
     """``ViewBackward0`` -> ``ViewBackward``."""
     return node.name().rstrip("0123456789")
 
+
+
+def _raise(error: Exception, grad=None):
+    raise error
 
 
 def _checkpointed(detail: str) -> UnsupportedOpError:
