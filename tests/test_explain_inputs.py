@@ -520,7 +520,7 @@ def test_probabilities_rearranged_after_the_activation_warn(how):
     torch.manual_seed(0)
     model = RearrangedProbabilities(how).double()
     x, edge_index = torch.randn(10, 5, dtype=torch.float64), torch.randint(0, 10, (2, 30))
-    with pytest.warns(RuntimeWarning, match="rearranges or joins softmax or sigmoid outputs"):
+    with pytest.warns(RuntimeWarning, match="rearranges, joins or transforms softmax or sigmoid outputs"):
         lrp.explain(model, x, edge_index, index=0, mode="regression")
 
 
@@ -918,3 +918,95 @@ def test_an_output_reached_only_through_held_gates_is_told_so():
     with pytest.warns(RuntimeWarning, match="only through gates the rules hold constant"):
         found = lrp.explain(model, x, torch.tensor([[0, 1], [1, 2]]), index=1, subgraph=False)
     assert float(found.node_mask.abs().sum()) == 0.0
+
+
+class Head(torch.nn.Module):
+    """A GCN layer then ``last`` on its ``C`` outputs per node."""
+
+    def __init__(self, last, out=C):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.last = GCNConv(F_IN, out, bias=False), last
+
+    def forward(self, x, edge_index):
+        return self.last(self.conv(x, edge_index))
+
+
+def _score_gradient(model, x, edge_index, score):
+    """``x * d score / d x`` of the plain model (LRP-0's node relevance on a bias-free linear map)."""
+    x = x.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(score(model(x, edge_index)), x)
+    return (x * grad).detach()
+
+
+@pytest.mark.parametrize("last", ["expit", "special_softmax", "special_log_softmax", "double", "logsigmoid"])
+def test_other_spellings_of_the_output_activation_seed_the_logit(last):
+    """``torch.special``'s aliases were refused as ops without a rule; a cast
+    after the activation and ``logsigmoid`` (whose values are all <= 0: a
+    binary model's default target was label 0 everywhere) hid the logit."""
+    fns = {"expit": (torch.special.expit, 1), "special_softmax": (lambda z: torch.special.softmax(z, -1), C),
+           "special_log_softmax": (lambda z: torch.special.log_softmax(z, -1), C),
+           "double": (lambda z: torch.sigmoid(z).double(), 1), "logsigmoid": (F.logsigmoid, 1)}
+    fn, width = fns[last]
+    x, edge_index = torch.randn(N, F_IN), DATA["edge_index"]
+    model, plain = Head(fn, width).eval(), Head(lambda z: z, width).eval()
+    mode = "binary_classification" if width == 1 else None
+    found = lrp.explain(model, x, edge_index, index=3, mode=mode, rules=lrp.rules.Epsilon(0))
+    z = plain(x, edge_index)[3]
+    klass = int(z.argmax()) if width > 1 else 0
+    sign = 1.0 if width > 1 or z[0] > 0 else -1.0  # binary: the label the logit predicts, +z or -z
+    assert found.score == pytest.approx(sign * float(z[klass]), rel=1e-5)
+    expected = _score_gradient(plain, x, edge_index, lambda out: sign * out[3, klass])
+    torch.testing.assert_close(found.node_mask.float(), expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("after", ["clamp", "dropout", "exp_of_log_softmax"])
+def test_an_op_after_the_output_activation_warns_that_relevance_starts_at_the_output(after):
+    """Before, these seeded the probability without a word."""
+    fns = {"clamp": lambda z: F.softmax(z, -1).clamp(min=1e-9),
+           "dropout": lambda z: F.dropout(F.softmax(z, -1), training=False),
+           "exp_of_log_softmax": lambda z: F.log_softmax(z, -1).exp()}
+    model = Head(fns[after]).eval()
+    with pytest.warns(RuntimeWarning, match="rearranges, joins or transforms softmax or sigmoid outputs"):
+        lrp.explain(model, torch.randn(N, F_IN), DATA["edge_index"], index=3, mode="multiclass_classification")
+
+
+def test_one_graphs_class_scores_as_a_vector_are_refused():
+    """A ``[C]`` output of one graph was read as ``C`` rows of one class: the
+    sum of all logits explained (or "class 1 is out of range")."""
+    class OneGraph(torch.nn.Module):
+        def __init__(self, last):
+            super().__init__()
+            self.conv, self.lin, self.last = GCNConv(F_IN, HID), torch.nn.Linear(HID, C), last
+
+        def forward(self, x, edge_index):
+            return self.last(self.lin(self.conv(x, edge_index).relu().sum(0)))
+
+    x, edge_index = torch.randn(N, F_IN), DATA["edge_index"]
+    with pytest.raises(ValueError, match=r"multiclass_classification.*shape \(3,\).*out\.unsqueeze\(0\)"):
+        lrp.explain(OneGraph(lambda z: z).eval(), x, edge_index, task_level="graph", mode="multiclass_classification")
+    with pytest.raises(ValueError, match=r"mode: the output \(shape \(3,\)\) is one softmax"):
+        lrp.explain(OneGraph(lambda z: F.log_softmax(z, -1)).eval(), x, edge_index, task_level="graph")
+    with pytest.raises(ValueError, match=r"single number \(shape \(\)\).*out\.view\(1\)"):
+        lrp.explain(OneGraph(lambda z: z[0]).eval(), x, edge_index, mode="regression")
+
+
+@pytest.mark.parametrize("how", ["list", "numpy"])
+def test_a_boolean_mask_as_a_list_or_array_has_its_length_checked(how):
+    """As a tensor it was refused for the wrong length; as a list it explained
+    the rows its True entries pointed at in a shorter output."""
+    import numpy as np
+
+    model, x, edge_index = GCN(C).eval(), torch.randn(N, F_IN), DATA["edge_index"]
+    mask = [False] * (N + 3)
+    mask[1] = True
+    with pytest.raises(ValueError, match=rf"a boolean mask needs one entry per output row \({N}\), got {N + 3}"):
+        lrp.explain(model, x, edge_index, index=mask if how == "list" else np.array(mask))
+
+
+def test_a_uint8_index_is_refused_as_ambiguous():
+    """torch indexes with a uint8 tensor as a mask (PyG's explainers too);
+    read as positions it explained other rows without a word."""
+    model, x, edge_index = GCN(C).eval(), torch.randn(N, F_IN), DATA["edge_index"]
+    with pytest.raises(TypeError, match=r"index: a uint8 tensor.*index\.bool\(\).*index\.long\(\)"):
+        lrp.explain(model, x, edge_index, index=torch.tensor([0, 1, 0], dtype=torch.uint8))

@@ -295,3 +295,35 @@ def test_an_output_that_is_not_one_row_per_cut_node_is_explained_on_the_full_gra
         out = model(x_, edge_index)
         (grad,) = torch.autograd.grad(out[index, int(full.target)], x_)
         torch.testing.assert_close(full.node_mask, (x_ * grad).detach(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["copies", "shared"])
+def test_a_node_twice_with_both_binary_labels_is_explained_each_way(strategy):
+    """``index=[7, 7]`` with ``target=[1, 0]`` asks for two explanations, +z
+    and -z; ``shared`` refused it as a contradiction (it checked the joint
+    seed it does not use), so a call worked or not by the strategy ``auto``
+    picked. Their scores cancel: no warning that the batch does not add up."""
+    import warnings
+
+    from torch_geometric.nn import GCNConv
+
+    class Binary(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv1, self.conv2 = GCNConv(F_IN, 8), GCNConv(8, 1)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    model, x, edge_index = Binary().eval(), DATA["x"], DATA["edge_index"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        found = lrp.explain_nodes(model, x, edge_index, torch.tensor([7, 7]), target=torch.tensor([1, 0]),
+                                  mode="binary_classification", strategy=strategy)
+    alone = [lrp.explain(model, x, edge_index, index=7, target=torch.tensor([label]), mode="binary_classification")
+             for label in (1, 0)]
+    for got, expected in zip(found, alone):
+        assert got.score == pytest.approx(expected.score, rel=1e-5)
+        torch.testing.assert_close(got.node_mask.sum(), expected.node_mask.sum(), rtol=1e-4, atol=1e-6)
+    assert found[0].score == pytest.approx(-found[1].score, rel=1e-6)

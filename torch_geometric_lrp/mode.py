@@ -245,6 +245,8 @@ _PASS = {
     "feature_alpha_dropout": F.feature_alpha_dropout, "dropout1d": F.dropout1d,
     # the last op of a classifier: relevance passes, so seed the logit's value
     "softmax": F.softmax, "log_softmax": F.log_softmax,
+    # torch.special's names of the same functions
+    "special.expit": torch.sigmoid, "special.softmax": F.softmax, "special.log_softmax": F.log_softmax,
     # |x| = sign(x) x and the square root: monotone pieces, relevance passes
     "abs": torch.abs, "abs_": torch.abs, "sqrt": torch.sqrt, "sqrt_": torch.sqrt,
     # exp: a positive weight (Gaussian kernels, unnormalised attention), a gate in a product
@@ -725,7 +727,7 @@ def _rms_norm(mode, input, normalized_shape, weight=None, eps=None):
 
 # Output activations: the relevance of a class starts from its logit, the
 # input of these, which the mode remembers (see RelevanceMode.logits_of).
-_OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid)
+_OUTPUT_ACTIVATIONS = (F.softmax, F.log_softmax, torch.sigmoid, F.logsigmoid)
 # Activations whose outputs are gates when they multiply another signal
 # (weights in [0, 1], [-1, 1] or positive: gates, attention, pooling scores, kernels).
 _GATES = (F.softmax, torch.sigmoid, torch.exp, torch.tanh, torch.rsqrt, torch.reciprocal)
@@ -759,8 +761,12 @@ _SELECTIONS = frozenset({"SelectBackward", "SliceBackward"})
 # ... and the broadcasts a gate goes through before it multiplies.
 _GATE_SHAPES = _ORDER_KEEPING | {"ExpandBackward", "TransposeBackward", "PermuteBackward", "SelectBackward",
                                  "SliceBackward", "IndexBackward", "IndexSelectBackward"}
-# What an output's logits are found through (RelevanceMode.logits_of), and every copy or reshape.
-_TO_LOGITS = _ORDER_KEEPING | _SELECTIONS
+# What an output's logits are found through (RelevanceMode.logits_of): reshapes, selections
+# that keep every element, dtype casts (``.double()``); and every copy or reshape.
+_TO_LOGITS = _ORDER_KEEPING | _SELECTIONS | {"ToCopyBackward"}
+# Element-wise ops after an output activation (the pass rule's Function: dropout, clamp, exp,
+# ...): the output is no longer the activation's, which logits_of warns about.
+_AFTER_ACTIVATION = frozenset({"_PassBackward", "ToCopyBackward"})
 _COPIES = _GATE_SHAPES | _GATE_COPIES | _SELECTIONS
 
 
@@ -1689,21 +1695,23 @@ class RelevanceMode(TorchFunctionMode):
         logits = self._pre_activation.get(node)
         if logits is None:
             if self._pre_activation and self._behind_copies(out.grad_fn):
-                warnings.warn("LRP: the model's output rearranges or joins softmax or sigmoid outputs after the "
-                              "activation (cat, stack, a transpose or permutation, indexing), so relevance starts "
-                              "at the probabilities, not at their logits. Return the logits, or apply the "
-                              "activation last.", RuntimeWarning, stacklevel=4)
+                warnings.warn("LRP: the model's output rearranges, joins or transforms softmax or sigmoid outputs "
+                              "after the activation (cat, stack, a transpose or permutation, indexing; clamp, "
+                              "dropout, exp, another activation), so relevance starts at the output, not at the "
+                              "logits. Return the logits, or apply the activation last.", RuntimeWarning,
+                              stacklevel=4)
             return out
         if logits.numel() != out.numel():
             warnings.warn("LRP: the model's output is a part of a softmax or sigmoid output (selected after the "
                           "activation), so relevance starts at that probability, not at its logit. Return the "
                           "logits, or apply the activation after selecting.", RuntimeWarning, stacklevel=4)
             return out
-        return logits.reshape(out.shape)
+        return logits.reshape(out.shape).to(out.dtype)
 
     def _behind_copies(self, node, budget: int = 64) -> bool:
         """Whether an output activation of this pass is behind ``node``
-        through copies and reshapes only (at most ``budget`` nodes looked at)."""
+        through copies, reshapes and element-wise ops only (at most
+        ``budget`` nodes looked at)."""
         stack, seen = [node], set()
         while stack and len(seen) < budget:
             node = stack.pop()
@@ -1712,7 +1720,7 @@ class RelevanceMode(TorchFunctionMode):
             seen.add(node)
             if node in self._pre_activation:
                 return True
-            if type(node).__name__.rstrip("0123456789") in _COPIES:
+            if type(node).__name__.rstrip("0123456789") in _COPIES | _AFTER_ACTIVATION:
                 stack.extend(n for n, _ in node.next_functions)
         return False
 

@@ -651,7 +651,8 @@ def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, 
         # the targets' accounting is measured for the batch as a whole
         settings.residual_warned = warn_if_not_conserved(
             model, result.score, input_total(result.node, result.edge_attr), result.absorbed, result.lost,
-            what=f" in the batch of target nodes {chunk[0].item()} to {chunk[-1].item()}")
+            what=f" in the batch of target nodes {chunk[0].item()} to {chunk[-1].item()}",
+            magnitude=result.seed.abs().sum(dtype=torch.float64).item())  # the targets' scores may cancel
     parts = []
     for k, (t, c) in enumerate(zip(chunk.tolist(), own)):
         rows = slice(node_starts[k], node_starts[k] + c.num_nodes)

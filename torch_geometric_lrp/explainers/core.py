@@ -44,7 +44,7 @@ from ..mode import UnsupportedOpError, _locked, _prepared, relevance_pass, unwra
 from .subgraph import (Cut, context_features, context_inputs, count_hops, cut, layout_bound, lean, message_flow,
                        pays_off, reaches_ring, slice_inputs, with_context)
 from .trim import Propagations, Trimming, hop_distance
-from .targets import (MASK_VIEWS, check_mask_rows, check_target, infer_mode, infer_return_type, infer_task_level,
+from .targets import (MASK_VIEWS, check_mask_rows, check_output_shape, check_target, infer_mode, infer_return_type, infer_task_level,
                       is_sparse, seed_of)
 
 __all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "InFull",
@@ -396,8 +396,10 @@ def resolve_task(p: Pass, settings: Settings, num_nodes, edge_index, kwargs: dic
     """Task level, mode and return type: as given, else read off the pass's output."""
     activated = p.logits is not p.out
     out = p.out.detach()
+    check_output_shape(out, settings.mode)
     level = settings.task_level or infer_task_level(out, num_nodes, edge_index, kwargs)
     mode = settings.mode or infer_mode(out, activated)
+    check_output_shape(out, mode)
     return_type = settings.return_type or infer_return_type(out, mode, activated)
     return level, mode, return_type
 
@@ -541,16 +543,18 @@ RESIDUAL_WARNING = 1e-3
 
 
 def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, absorbed: float, lost: float,
-                          what: str = "") -> bool:
+                          what: str = "", magnitude: float = 0.0) -> bool:
     """Warn (and return ``True``) where the accounting does not add up:
     every op that takes relevance reports what it keeps, so a residual
     ``score - inputs - absorbed - lost`` beyond float error means that some
     op changed relevance unseen. (An output that does not depend on the
-    inputs has been warned about where the pass found it.)"""
+    inputs has been warned about where the pass found it.) ``magnitude``:
+    the scale of the relevance involved where the amounts are sums that may
+    cancel (a batch's targets: the sum of their ``|score|``)."""
     if total == 0 and absorbed == 0 and lost == 0:
         return False
     residual = score - total - absorbed - lost
-    scale = abs(score) + abs(total) + abs(absorbed) + abs(lost)
+    scale = abs(score) + abs(total) + abs(absorbed) + abs(lost) + magnitude
     if abs(residual) <= RESIDUAL_WARNING * scale + 1e-9:
         return False
     if math.isfinite(total) and not (math.isfinite(absorbed) and math.isfinite(lost)):
@@ -774,7 +778,8 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
             return None
         check_mask_rows(settings.index_mask_rows, n)
         target = check_target(target, mode)
-        seed, target = seed_of(p.logits, c.index, rows, None if settings.target_per_row else n, target, mode)
+        seed, target = seed_of(p.logits, c.index, rows, None if settings.target_per_row else n, target, mode,
+                               joint=not each)
         if isinstance(check, Exception):
             fall_back(model, f"its forward failed on the full graph ({check})" if context is None else
                       f"its forward failed with unrelated nodes added to the subgraph ({check})")

@@ -185,6 +185,11 @@ def mask_rows(index) -> Optional[int]:
     """The length of ``index`` where it is a boolean mask (``None`` otherwise):
     the number of output rows it must match, checked by
     :func:`check_mask_rows` once the forward has given the output."""
+    if isinstance(index, (list, tuple)) or type(index).__module__ == "numpy":
+        try:  # a mask as a list or a numpy array has its length checked too
+            index = torch.as_tensor(index)
+        except (TypeError, ValueError, RuntimeError):
+            return None  # refused by check_rows, naming the argument
     if isinstance(index, Tensor) and index.dtype == torch.bool and index.dim() == 1:
         return index.numel()
     return None
@@ -220,6 +225,9 @@ def _rows_of(index, num_rows: Optional[int], name: str) -> Tensor:
         return index.nonzero().view(-1)
     if index.is_floating_point() or index.is_complex():
         raise TypeError(f"{name}: expected integer row positions or a boolean mask, got {index.dtype}.")
+    if index.dtype == torch.uint8:  # torch indexes with it as a mask, other integers are positions
+        raise TypeError(f"{name}: a uint8 tensor is a mask to torch's indexing and positions elsewhere; pass "
+                        f"{name}.bool() for a mask or {name}.long() for row positions.")
     index = index.long().view(-1)
     if index.numel() and int(index.min()) < 0:
         raise ValueError(f"{name}: row positions must be >= 0, got {int(index.min())}.")
@@ -332,11 +340,30 @@ def _width(out: Tensor) -> str:
     return f"shape [rows, {', '.join(str(s) for s in out.shape[1:])}]" if out.dim() > 1 else "a vector"
 
 
+def check_output_shape(out: Tensor, mode: ModelMode) -> None:
+    """An output with rows to explain: not a single number, and with a row
+    of class scores per row for a multiclass model (a ``[C]`` vector of one
+    graph's classes would be read as ``C`` rows of one class each)."""
+    if out.dim() == 0:
+        raise ValueError("model: the output is a single number (shape ()), and explanations are of an output's "
+                         "rows: return shape [1] (out.view(1)) for one graph's score, or [1, C] for its class "
+                         "scores.")
+    if mode == ModelMode.multiclass_classification and out.dim() == 1:
+        raise ValueError(f"mode='multiclass_classification': the output has shape ({out.shape[0]},), one value "
+                         f"per row, so no row holds class scores. A classifier returns [rows, classes]: for one "
+                         f"graph, [1, C] (out.unsqueeze(0)).")
+
+
 def infer_mode(out: Tensor, activated: bool) -> ModelMode:
     """Multiclass for a final softmax / log-softmax, binary for a final
     sigmoid (one label or several), multiclass for several raw outputs per
     row; a single raw output per row has to be named."""
     columns = out.reshape(out.shape[0], -1).shape[1] if out.dim() else 1
+    if activated and out.dim() == 1 and out.numel() > 1 and (_rows_sum_to_one(out.view(1, -1)) or
+                                                             _is_log_probs(out.view(1, -1))):
+        raise ValueError(f"mode: the output (shape ({out.shape[0]},)) is one softmax or log-softmax over its only "
+                         f"dimension, the class scores of one row, which would be read as {out.shape[0]} rows. "
+                         f"Return [1, C] (out.unsqueeze(0)), or pass mode= to say what the output is.")
     if activated:
         if _rows_sum_to_one(out) or _is_log_probs(out):
             return ModelMode.multiclass_classification
@@ -395,11 +422,13 @@ def _check_repeated_labels(place: Tensor, rows: Tensor, target: Tensor) -> None:
 
 
 def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: Optional[int], target: Optional[Tensor],
-            mode: ModelMode) -> tuple[Tensor, Tensor]:
+            mode: ModelMode, joint: bool = True) -> tuple[Tensor, Tensor]:
     """The seed on an output with ``logits``, at its rows ``place``, for
     the explained rows ``rows`` of an output of ``num_rows`` rows (the full
     graph's; ``place`` differs from ``rows`` on a cut). Returns the seed
-    (shaped like ``logits``) and the target of each explained row."""
+    (shaped like ``logits``) and the target of each explained row. A seed
+    that is not ``joint`` is only read for its targets (each row gets a
+    backward of its own), so a binary row may be given twice with two labels."""
     logits = logits.detach()
     flat = logits.reshape(logits.shape[0], -1)
     seed = torch.zeros_like(flat)
@@ -421,7 +450,7 @@ def seed_of(logits: Tensor, place: Tensor, rows: Tensor, num_rows: Optional[int]
         seed[place, target] = z.gather(1, target.view(-1, 1)).view(-1)
         return seed.view_as(logits), target
     target = (z > 0).long() if target is None else _per_row(target, rows, num_rows, width).view(-1, width).long()
-    if place.numel() > 1:
+    if joint and place.numel() > 1:  # one seed for all rows (else each row gets a backward of its own)
         _check_repeated_labels(place, rows, target)
     seed[place] = torch.where(target == 1, z, -z)
     return seed.view_as(logits), target.view(-1) if width == 1 else target
