@@ -852,3 +852,41 @@ def test_one_conv_shared_by_two_edge_types_books_each_call_on_its_type(same_pair
     expected = _message_weight_gradients(model, shared, x, edges, 2)
     for key in edges:
         torch.testing.assert_close(found[key].edge_mask, expected[key], rtol=1e-9, atol=1e-12)
+
+
+class _ThresholdedWrites(torch.nn.Module):
+    """One edge type whose layer keeps the edges of weight > 0.5 (a selection
+    of that type's columns), with the pair 0 -> 1 listed twice."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.convs = torch.nn.ModuleDict({"author__writes__paper": GraphConv((4, 4), 3, bias=False)})
+
+    def forward(self, x_dict, edge_index_dict, weight):
+        edges = edge_index_dict[("author", "writes", "paper")]
+        kept = edges[:, weight > 0.5]
+        return self.convs["author__writes__paper"]((x_dict["author"], x_dict["paper"]), kept)
+
+
+def test_a_selection_of_one_edge_types_columns_is_booked_on_the_columns_it_kept():
+    """The second copy of a pair kept its relevance on the first copy, which
+    the layer had dropped (homogeneous graphs followed the selection; edge
+    types did not). Reference: LRP-0 of this bias-free map is the gradient of a
+    multiplier of ones on each input edge."""
+    writes = ("author", "writes", "paper")
+    x = {"author": torch.randn(3, 4, dtype=torch.float64), "paper": torch.randn(2, 4, dtype=torch.float64)}
+    edge_index = {writes: torch.tensor([[0, 0, 2], [1, 1, 1]])}
+    weight = torch.tensor([0.2, 0.9, 0.7])
+    model = _ThresholdedWrites().double().eval()
+    found = lrp.explain(model, x, edge_index, index=1, target=torch.tensor([0]), mode="multiclass_classification",
+                        rules=lrp.rules.Epsilon(0.0), weight=weight)
+    multiplier = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    conv = model.convs["author__writes__paper"]
+    handle = conv.register_message_forward_hook(lambda m, inputs, out: out * multiplier[weight > 0.5].view(-1, 1))
+    try:
+        (expected,) = torch.autograd.grad(model(x, edge_index, weight)[1, 0], multiplier)
+    finally:
+        handle.remove()
+    assert expected[0] == 0 and expected[1] != 0
+    torch.testing.assert_close(found[writes].edge_mask, expected)

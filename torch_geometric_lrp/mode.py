@@ -2008,30 +2008,37 @@ class RelevanceMode(TorchFunctionMode):
             self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"
         return out
 
-    def track_columns(self, edges: Optional[Tensor]) -> None:
-        """From here on, follow which columns of ``edges`` (``[2, E]``) the
-        forward selects: ``edges[:, mask]``, ``edges[:, index]``,
+    def track_columns(self, edges: Optional[dict]) -> None:
+        """From here on, follow which columns of the edge lists ``edges``
+        (``{key: [2, E]}``, ``key`` an edge type or ``None``) the forward
+        selects: ``edges[:, mask]``, ``edges[:, index]``,
         ``edges.index_select(1, index)``, ``edges.narrow(1, start, length)``
         and selections of those, as ``RGCNConv`` and ``FiLMConv`` propagate
         over each relation's edges and PyG's ``trim_to_layer`` over fewer.
         :meth:`columns_of` tells them (a pair that two relations share is
-        then no longer ambiguous). ``None`` stops it."""
+        then no longer ambiguous). ``None`` stops it. A tensor given under
+        two keys is not followed: its selections could be either's."""
         if edges is None:
             self._columns = None
             return
         self._columns = _ByIdentity()
-        self._columns[edges] = torch.arange(edges.shape[1], device=edges.device)
+        shared = {id(t) for t in edges.values() if sum(u is t for u in edges.values()) > 1}
+        for key, t in edges.items():
+            if id(t) not in shared:
+                self._columns[t] = (key, torch.arange(t.shape[1], device=t.device))
 
-    def columns_of(self, t: Tensor) -> Optional[Tensor]:
-        """The columns of the tracked edges that ``t`` holds, in order
-        (:meth:`track_columns`), or ``None``."""
+    def columns_of(self, t: Tensor) -> Optional[tuple]:
+        """``(key, columns)``: the tracked edge list that ``t`` selects from
+        and the columns it holds, in order (:meth:`track_columns`), or
+        ``None``."""
         return None if self._columns is None else self._columns.get(t)
 
     def _follow_columns(self, func, args, kwargs, out) -> None:
         source = args[0] if args else None
-        ids = self._columns.get(source) if isinstance(source, Tensor) else None
-        if ids is None or not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != source.shape[0]:
+        found = self._columns.get(source) if isinstance(source, Tensor) else None
+        if found is None or not isinstance(out, Tensor) or out.dim() != 2 or out.shape[0] != source.shape[0]:
             return
+        edge_type, ids = found
         if func is Tensor.__getitem__:
             key = args[1] if len(args) > 1 else None
             picked = key[1] if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], slice) \
@@ -2048,7 +2055,7 @@ class RelevanceMode(TorchFunctionMode):
         if isinstance(picked, (Tensor, slice)):
             columns = ids[picked]
             if columns.shape[0] == out.shape[1]:
-                self._columns[out] = columns
+                self._columns[out] = (edge_type, columns)
 
     def _note_stale(self, args, kwargs) -> None:
         """Records the in-place ops whose left-behind tensor this call reads."""

@@ -222,8 +222,8 @@ class EdgeRelevance:
         # a global function): hooked when they first run
         self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._discover))
         mode = current_mode()
-        if mode is not None and not self.hetero:  # which input edges a layer's selection of columns holds
-            mode.track_columns(self._inputs[None])
+        if mode is not None:  # which input edges (of which type) a layer's selection of columns holds
+            mode.track_columns(self._inputs)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -231,7 +231,7 @@ class EdgeRelevance:
             hook.remove()
         self._hooks.clear()
         mode = current_mode()
-        if mode is not None and not self.hetero:
+        if mode is not None:
             mode.track_columns(None)
 
     def _hook(self, layer: MessagePassing) -> None:
@@ -309,14 +309,15 @@ class EdgeRelevance:
         # layer's registered type and the edge types its forward got)
         context = (self._edge_type_of.get(id(layer)), self._given.get(id(layer))) if self.hetero else None
         mode = current_mode()
-        columns = mode.columns_of(edges) if mode is not None and not self.hetero and \
-            edges is not self._inputs[None] else None
-        if columns is not None:
-            # a selection of the input's columns (one relation's edges): message k is input edge
-            # columns[k], even where another list holds the same pairs (before the last answer, which
-            # an equal list of other columns would reuse)
+        selected = mode.columns_of(edges) if mode is not None and \
+            not any(edges is e for e in self._inputs.values()) else None
+        if selected is not None:
+            # a selection of an input's columns (one relation's edges, a threshold on edge weights):
+            # message k is input edge columns[k] of that edge type, even where another list holds the
+            # same pairs (before the last answer, which an equal list of other columns would reuse)
+            key, columns = selected
             empty = edges.new_empty(0)
-            return [(None, Routing(slice(0, edges.shape[1]), columns, empty, empty, empty))]
+            return [(key, Routing(slice(0, edges.shape[1]), columns, empty, empty, empty))]
         if self._last is not None and self._last[2] == context and (self._last[0] is edges or (
                 not self.hetero and self._last[0].shape == edges.shape and torch.equal(self._last[0], edges))):
             return self._last[1]
