@@ -327,3 +327,32 @@ def test_a_node_twice_with_both_binary_labels_is_explained_each_way(strategy):
         assert got.score == pytest.approx(expected.score, rel=1e-5)
         torch.testing.assert_close(got.node_mask.sum(), expected.node_mask.sum(), rtol=1e-4, atol=1e-6)
     assert found[0].score == pytest.approx(-found[1].score, rel=1e-6)
+
+
+def test_a_data_object_is_taken_as_for_lrp_explain():
+    """``explain_nodes(model, data)`` failed with "missing 'edge_index'" (and
+    a HeteroData did not get the heterogeneous-graph message)."""
+    from torch_geometric.data import Data, HeteroData
+    from torch_geometric.nn import GCNConv
+
+    class Weighted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = GCNConv(F_IN, C)
+
+        def forward(self, x, edge_index, edge_weight=None):
+            return self.conv(x, edge_index, edge_weight)
+
+    model = Weighted().eval()
+    weight = torch.rand(DATA["edge_index"].shape[1])
+    data = Data(x=DATA["x"], edge_index=DATA["edge_index"], edge_weight=weight)
+    found = lrp.explain_nodes(model, data, index=torch.tensor([1, 5]))
+    for got, node in zip(found, (1, 5)):
+        alone = lrp.explain(model, DATA["x"], DATA["edge_index"], index=node, edge_weight=weight)
+        assert got.score == pytest.approx(alone.score, rel=1e-5)
+    hetero = HeteroData()
+    hetero["a"].x = DATA["x"]
+    hetero["a", "to", "a"].edge_index = DATA["edge_index"]
+    with pytest.raises(ValueError, match="heterogeneous graphs"):
+        lrp.explain_nodes(model, hetero)

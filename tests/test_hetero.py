@@ -890,3 +890,32 @@ def test_a_selection_of_one_edge_types_columns_is_booked_on_the_columns_it_kept(
         handle.remove()
     assert expected[0] == 0 and expected[1] != 0
     torch.testing.assert_close(found[writes].edge_mask, expected)
+
+
+def test_a_graph_level_model_is_told_from_its_batch_dict():
+    """``batch_dict`` tells the number of graphs as ``batch`` does (it asked
+    for ``task_level=``)."""
+    from torch_geometric.nn import global_add_pool
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = HeteroConv({("a", "to", "b"): GraphConv((3, 3), 4), ("b", "to", "a"): GraphConv((3, 3), 4)})
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x_dict, edge_index_dict, batch_dict):
+            h = self.conv(x_dict, edge_index_dict)
+            return self.head(sum(global_add_pool(v.relu(), batch_dict[k], size=2) for k, v in h.items()))
+
+    x = {"a": torch.randn(5, 3), "b": torch.randn(4, 3)}
+    edge_index = {("a", "to", "b"): torch.tensor([[0, 1, 3, 4], [0, 1, 2, 3]]),
+                  ("b", "to", "a"): torch.tensor([[0, 1, 2, 3], [1, 0, 4, 3]])}
+    batch = {"a": torch.tensor([0, 0, 0, 1, 1]), "b": torch.tensor([0, 0, 1, 1])}
+    model = Pooled().eval()
+    found = lrp.explain(model, x, edge_index, index=1, batch_dict=batch, mode="multiclass_classification")
+    assert found._model_config.task_level.value == "graph"
+    expected = lrp.explain(model, x, edge_index, index=1, batch_dict=batch, mode="multiclass_classification",
+                           task_level="graph")
+    for t in x:
+        torch.testing.assert_close(found[t].node_mask, expected[t].node_mask)

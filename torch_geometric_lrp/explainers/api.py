@@ -283,8 +283,8 @@ GPU_BUDGET_FACTOR = 32
 
 def explain_nodes(
     model: torch.nn.Module,
-    x: Tensor,
-    edge_index: Tensor,
+    x: Union[Tensor, Data],
+    edge_index: Optional[Tensor] = None,
     index: Optional[Tensor] = None,
     *,
     target: Optional[Tensor] = None,
@@ -319,6 +319,10 @@ def explain_nodes(
 
     Parameters
     ----------
+    x, edge_index : Tensor
+        The graph's node features and edges, or the whole graph as a
+        ``Data`` in ``x`` (its attributes that the forward takes by name go
+        with it, as for :func:`explain`).
     index : LongTensor or BoolTensor, optional
         The target nodes (positions, or a mask over the nodes); every node
         by default.
@@ -386,6 +390,8 @@ def explain_nodes(
         With ``output='sparse'``, one :class:`NodeRelevance` holding the same
         numbers.
     """
+    kwargs = {**_graph_kwargs(model, x, kwargs), **kwargs}
+    x, edge_index = _graph_inputs(x, edge_index)
     check_x(x, categorical=True)
     if not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided:
         raise ValueError("edge_index: explain_nodes cuts each target's subgraph out of a [2, E] edge_index; pass "

@@ -305,6 +305,9 @@ def infer_task_level(out: Tensor, num_nodes, edge_index, kwargs: dict) -> ModelT
     """``node``, ``edge`` or ``graph`` from the shape of the model's output
     (``num_nodes``: an int, or one per node type of a heterogeneous graph)."""
     batch = kwargs.get("batch")
+    if batch is None and isinstance(kwargs.get("batch_dict"), dict):  # heterogeneous: graph ids per node type
+        ids = [b for b in kwargs["batch_dict"].values() if isinstance(b, Tensor) and b.numel()]
+        batch = torch.stack([b.max() for b in ids]) if ids else None
     label_index = kwargs.get("edge_label_index")
     # edge_label_index first: with as many label pairs as nodes, the node
     # check below would call a link predictor node-level.
