@@ -1010,3 +1010,38 @@ def test_a_uint8_index_is_refused_as_ambiguous():
     model, x, edge_index = GCN(C).eval(), torch.randn(N, F_IN), DATA["edge_index"]
     with pytest.raises(TypeError, match=r"index: a uint8 tensor.*index\.bool\(\).*index\.long\(\)"):
         lrp.explain(model, x, edge_index, index=torch.tensor([0, 1, 0], dtype=torch.uint8))
+
+
+def test_half_precision_rounding_is_not_reported_as_a_leak():
+    """bfloat16 rounds at about 1e-2: a plain GCN's residual from rounding
+    alone was reported as "some op changed relevance ... a gradient hook",
+    and its subgraph outputs, summed in another order, as a model that reads
+    further than its layers (a SubgraphWarning)."""
+    from torch_geometric.nn import GCN as StockGCN
+
+    torch.manual_seed(0)
+    edge_index = torch.randint(0, 20, (2, 60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        warnings.simplefilter("error", lrp.SubgraphWarning)
+        for trial in range(10):
+            model = StockGCN(8, 16, num_layers=2, out_channels=4).to(torch.bfloat16).eval()
+            x = torch.randn(20, 8).to(torch.bfloat16)
+            lrp.explain(model, x, edge_index, index=trial, target=torch.tensor([0]))
+
+
+def test_relevance_that_overflows_in_the_backward_is_told_so():
+    """A finite float16 forward whose contribution x * w (80,000) exceeds the
+    dtype: the warning said a value overflowed inside the forward, and a
+    second one blamed a gradient hook for the residual."""
+    conv = GCNConv(2, 2, bias=False).half()
+    with torch.no_grad():
+        conv.lin.weight.copy_(torch.tensor([[2.0, -1.9], [1.0, 0.0]]))
+    x = torch.tensor([[40000.0, 40000.0], [1.0, 1.0]], dtype=torch.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lrp.explain(conv, x, torch.tensor([[1], [1]]), index=0, rules=lrp.rules.Epsilon(0), target=torch.tensor([0]),
+                    subgraph=False)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert any("overflowed in the backward" in m and "float32 copy" in m for m in messages), messages
+    assert not any("does not add up" in m or "inside the forward" in m for m in messages), messages

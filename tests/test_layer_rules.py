@@ -286,3 +286,26 @@ def test_non_finite_input_the_output_depends_on_is_named():
     model = _model()
     with pytest.warns(RuntimeWarning, match=r"non-finite.*An explained input holds it; the first op .*'linear'"):
         _relevance(model, x, edge_index, _target_seed(2, 1), Gamma(0.25))
+
+
+@pytest.mark.parametrize("rule", [lrp.rules.Flat(), lrp.rules.WSquare()])
+def test_flat_and_wsquare_share_by_gate_magnitudes(rule):
+    """Edge weights 1 and -0.999 into one node: with the gates kept signed
+    the denominator was 0.001, and the two nodes got +500 and -500 for a
+    score of 0.5 (all of it lost for -1). Gates count with their
+    magnitudes: each neighbour gets its share of |a|, within the score."""
+    from torch_geometric.nn import GCNConv
+
+    conv = GCNConv(1, 1, normalize=False, bias=False).double()
+    with torch.no_grad():
+        conv.lin.weight.fill_(1.0)
+    x = torch.tensor([[0.5], [1.0], [2.0]], dtype=torch.float64)
+    edge_index = torch.tensor([[1, 2], [0, 0]])  # (normalize=False: no self-loops)
+    for weights in ([1.0, -0.499], [1.0, -0.5]):
+        edge_weight = torch.tensor(weights, dtype=torch.float64)
+        found = lrp.explain(conv, x, edge_index, index=0, rules=rule, mode="regression", edge_weight=edge_weight)
+        score = 1.0 + 2.0 * weights[1]  # 0.002, then 0
+        assert found.score == pytest.approx(score, abs=1e-12)
+        shares = torch.tensor([0.0, 1.0, abs(weights[1])], dtype=torch.float64)
+        torch.testing.assert_close(found.node_mask.view(-1), score * shares / shares.sum())
+        torch.testing.assert_close(found.edge_mask, score * shares[1:] / shares.sum())

@@ -42,6 +42,7 @@ maps with the pass rule at the ReLU between them.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Union
@@ -95,13 +96,15 @@ class AlphaBeta:
 @dataclass(frozen=True)
 class Flat:
     """One stream ``(1, 1, 0)``: every input and every weight set to 1,
-    every bias to 0; ``g = R / z'`` (no stabiliser)."""
+    every bias to 0, every gate to its magnitude; ``g = R / z'`` (no
+    stabiliser)."""
 
 
 @dataclass(frozen=True)
 class WSquare:
     """One stream ``(1, W * W, 0)``: every input set to 1, every weight
-    squared, every bias 0; ``g = R / z'`` (no stabiliser)."""
+    squared, every bias 0, every gate its magnitude; ``g = R / z'`` (no
+    stabiliser)."""
 
 
 @dataclass(frozen=True)
@@ -883,9 +886,35 @@ class LayerResult:
     maps: list = field(default_factory=list)
 
 
+#: Gates held as other attributes than ``coef*``: GIN's root factor,
+#: edge-conditioned weights (``NNConvTwin``). A twin whose gates are products
+#: of several factors says itself (``magnitudes()``).
+GATE_ATTRIBUTES = ("self_coef", "edge_weight")
+
+
+def magnitudes(twin: Twin) -> Twin:
+    """``twin`` with its gates (the ``coef*`` lists and ``GATE_ATTRIBUTES``)
+    as their magnitudes: the map ``Flat`` and ``WSquare`` run (the constants
+    of the code, the 2 and -1 of Chebyshev's recursion, stay)."""
+    def size(c):
+        if isinstance(c, list):
+            return [size(v) for v in c]
+        return c.abs() if isinstance(c, Tensor) else abs(c)
+
+    if hasattr(twin, "magnitudes"):  # gates made of several factors: each factor's magnitude
+        return twin.magnitudes()
+    twin = copy.copy(twin)
+    for name, value in list(vars(twin).items()):
+        if (name.startswith("coef") and isinstance(value, list)) or name in GATE_ATTRIBUTES:
+            setattr(twin, name, size(value))
+    return twin
+
+
 def map_relevance(twin: Twin, xs: tuple, rule: Rule, relevance: Tensor) -> MapResult:
     r""":math:`R_x = \sum_k x_k \odot J_k^\top g_k` and the message
     relevance :math:`\sum_k \langle m_k, \partial(z_k \cdot g_k)/\partial m_k\rangle`."""
+    if isinstance(rule, (Flat, WSquare)):
+        twin = magnitudes(twin)
     sts = streams(rule, xs, twin.weights, twin.biases)
     zs = [twin.forward(xk, pk) for xk, pk in sts]
     gs = stream_gradients(rule, relevance, zs)

@@ -20,6 +20,8 @@ computed here from the explained input.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
@@ -171,15 +173,27 @@ class SGFormerAttentionTwin(Twin):
             t = torch.where(t == 0, torch.full_like(t, 1e-6), t)
             return t / t.norm(dim=-1, keepdim=True)
         q, k = unit(layer.q), unit(layer.k)
-        self.P = []
+        self.P, self.P_magnitudes = [], []
         for h in range(self.heads):
             s = torch.zeros(n, n, dtype=x.dtype)
+            paths = torch.zeros(n, n, dtype=x.dtype)  # sum_m |q_m| |k_m|: each path's magnitude
             for a in range(n):
                 for b in range(n):
                     s[a, b] = q[a, h] @ k[b, h]
-            self.P.append((s + n * torch.eye(n, dtype=x.dtype)) / (s.sum(1, keepdim=True) + n))
+                    paths[a, b] = q[a, h].abs() @ k[b, h].abs()
+            eye = n * torch.eye(n, dtype=x.dtype)
+            normaliser = s.sum(1, keepdim=True) + n
+            self.P.append((s + eye) / normaliser)
+            # Flat and WSquare: every gate factor (q, k, the normaliser) as its magnitude
+            self.P_magnitudes.append((paths + eye) / normaliser.abs())
+
         self.weights = {"v.weight": _p(layer, "v.weight")}
         self.biases = {} if layer.v.bias is None else {"v.bias": _p(layer, "v.bias")}
+
+    def magnitudes(self) -> "SGFormerAttentionTwin":
+        twin = copy.copy(self)
+        twin.P = self.P_magnitudes
+        return twin
 
     def _head(self, w: Tensor, h: int) -> Tensor:
         return w[h * self.channels:(h + 1) * self.channels]

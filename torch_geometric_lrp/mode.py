@@ -1403,6 +1403,8 @@ class RelevanceMode(TorchFunctionMode):
             return self._stream_input(t, rule, k, stream)
         if role == "weight":
             return self._modified(t, stream.weight)
+        if role == "gate" and stream.gate is not _same_input:
+            return stream.gate(_value_of(t))
         if role in ("gate", "ref"):
             return _value_of(t)
         if role == "bias":
@@ -1844,7 +1846,14 @@ class RelevanceMode(TorchFunctionMode):
                 warnings.warn("LRP: the seed holds inf or NaN where the output is finite, so the relevance is "
                               "not finite.", RuntimeWarning, stacklevel=3)
             else:
-                if not self._track_nonfinite:
+                if not self._track_nonfinite and bool(torch.isfinite(out.detach()).all()):
+                    # every value of the forward that reaches the output is finite: the backward overflowed
+                    low = out.dtype in (torch.float16, torch.bfloat16)
+                    where = (" The inputs and the output are finite: the relevance overflowed in the backward"
+                             + (f" ({out.dtype} holds at most {torch.finfo(out.dtype).max:.4g}); explain a "
+                                f"float32 copy (model.float(), x.float())." if low else
+                                " (a contribution far larger than the output, over a tiny denominator)."))
+                elif not self._track_nonfinite:
                     where = (" The inputs are finite: a value overflowed (or a 0/0, log of a negative, ...) "
                              "inside the forward.")
                 else:

@@ -185,18 +185,20 @@ class Stream:
 
     ``input`` maps the map's input :math:`x` to :math:`x_k`, ``weight`` every
     weight (a multiplicative parameter) to :math:`W_k`, ``bias`` every bias or
-    constant additive term to :math:`b_k`. Gates (attention, normalisation)
-    are never modified.
+    constant additive term to :math:`b_k`, ``gate`` every gate (attention,
+    normalisation, edge weights: held constant) to :math:`a_k`; only rules
+    that ignore signs change gates (``Flat``, ``WSquare``: :math:`|a|`).
     """
 
     input: Callable[[Tensor], Tensor] = _same
     weight: Callable[[Tensor], Tensor] = _same
     bias: Callable[[Tensor], Tensor] = _same
+    gate: Callable[[Tensor], Tensor] = _same
 
     @property
     def identity(self) -> bool:
         """True when the stream modifies nothing (the map itself)."""
-        return self.input is _same and self.weight is _same and self.bias is _same
+        return self.input is _same and self.weight is _same and self.bias is _same and self.gate is _same
 
 
 _IDENTITY = (Stream(),)
@@ -471,10 +473,13 @@ class ZPlus(AlphaBeta):
 class Flat(Rule):
     r"""Flat rule: inputs and weights set to 1, biases to 0, so every input of
     an output gets an equal share (for one ``Linear``,
-    :math:`R_i = \sum_j R_j / n_{\text{in}}`). Gates of the map are kept."""
+    :math:`R_i = \sum_j R_j / n_{\text{in}}`). Gates of the map count with
+    their magnitudes :math:`|a|` (a share per path in proportion to them):
+    gates of both signs, such as negative edge weights or ``ChebConv``'s
+    Laplacian, would otherwise cancel in the denominator."""
 
     def streams(self):
-        return (Stream(_one, _one, _zero),)
+        return (Stream(_one, _one, _zero, torch.abs),)
 
     def gradients(self, relevance, outputs):
         s, dropped = divide(relevance, outputs[0])
@@ -485,10 +490,11 @@ class Flat(Rule):
 class WSquare(Rule):
     r""":math:`w^2` rule: inputs set to 1, weights squared, biases 0, so
     :math:`R_i = \sum_j w_{ji}^2 R_j / \sum_{i'} w_{ji'}^2` for one ``Linear``.
-    Ignores the inputs (an input-layer rule)."""
+    Ignores the inputs (an input-layer rule). Gates count with their
+    magnitudes, as in :class:`Flat`."""
 
     def streams(self):
-        return (Stream(_one, _square, _zero),)
+        return (Stream(_one, _square, _zero, torch.abs),)
 
     def gradients(self, relevance, outputs):
         s, dropped = divide(relevance, outputs[0])

@@ -499,7 +499,7 @@ def _parts(model, x: Tensor, edge_index: Tensor, kwargs: dict, index: Tensor, ta
         if settings.strict and not settings.residual_warned:  # one warning per call, at the first target
             settings.residual_warned = any(
                 warn_if_not_conserved(model, p.score, input_total(p.relevance, p.edge_attr), *p.accounting,
-                                      what=f" at target node {p.position}")
+                                      what=f" at target node {p.position}", dtype=p.relevance.dtype)
                 for p in parts if p.accounting is not None)
         yield parts
 
@@ -658,7 +658,8 @@ def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, 
         settings.residual_warned = warn_if_not_conserved(
             model, result.score, input_total(result.node, result.edge_attr), result.absorbed, result.lost,
             what=f" in the batch of target nodes {chunk[0].item()} to {chunk[-1].item()}",
-            magnitude=result.seed.abs().sum(dtype=torch.float64).item())  # the targets' scores may cancel
+            magnitude=result.seed.abs().sum(dtype=torch.float64).item(),  # the targets' scores may cancel
+            dtype=result.node.dtype)
     parts = []
     for k, (t, c) in enumerate(zip(chunk.tolist(), own)):
         rows = slice(node_starts[k], node_starts[k] + c.num_nodes)
