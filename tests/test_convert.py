@@ -211,9 +211,39 @@ def test_original_state_left_by_another_explainer_does_not_reach_the_copy():
     conv.explain = False
     conv._edge_mask = None            # what GNNExplainer leaves: an empty parameter slot
     converted = lrp.convert(model)
-    assert "_edge_mask" not in converted.conv2._parameters
-    assert "_edge_mask" in model.conv2._parameters
+    assert converted.conv2._parameters is model.conv2._parameters  # shared, as for every layer
+    assert converted.conv2._edge_mask is None and not converted.conv2.explain
     assert lrp.check_conservation(converted, x, edge_index).conserved()
+
+
+def test_a_mask_left_on_the_original_keeps_the_parameters_shared():
+    """A layer with PyG's edge mask set got a dict of parameters of its own
+    on the copy: replacing a parameter (``load_state_dict(assign=True)``,
+    ``.double()``) then reached one model only, and the two gave different
+    outputs without a word. The copy reads no mask either way."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    model, (x, edge_index) = node_model(GCN3, True)
+    set_masks(model, torch.nn.Parameter(torch.full((edge_index.size(1),), 0.5)), edge_index, apply_sigmoid=False)
+    converted = lrp.convert(model)
+    clear_masks(model)
+    model.load_state_dict({k: v + 1.0 for k, v in model.state_dict().items()}, assign=True)  # new objects
+    assert converted.conv2.bias is model.conv2.bias
+    torch.testing.assert_close(converted(x, edge_index), model(x, edge_index))
+
+
+def test_a_model_with_lazy_parameters_is_refused_until_it_ran():
+    """Its copy kept the original's lazy-initialisation hook, which failed
+    after the first forward ("'Linear' object has no attribute '_hook'")."""
+    from torch_geometric.nn import GCN
+
+    model = GCN(-1, 6, 2, 3)
+    x, edge_index = torch.randn(5, 4), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    with pytest.raises(ValueError, match=r"in_channels=-1.*Run the model once"):
+        lrp.convert(model)
+    model(x, edge_index)
+    converted = lrp.convert(model)
+    torch.testing.assert_close(converted(x, edge_index), model(x, edge_index))
 
 
 def test_unsupported_modules_are_listed_by_name_and_type():
@@ -773,16 +803,21 @@ def test_casting_after_convert_keeps_buffers_shared():
 
 def test_an_explainer_edge_mask_left_on_the_original_stays_there():
     """PyG's set_masks registers an ``_edge_mask`` parameter on each layer;
-    the copy drops it from its own dict, and the original keeps it."""
-    from torch_geometric.explain.algorithm.utils import set_masks
+    the original keeps it (in the parameters both share), and the copy
+    reads no mask."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
     model = pyg_nn.GCN(5, 8, num_layers=2, out_channels=3)
-    edge_index = torch.randint(0, 10, (2, 30))
-    set_masks(model, torch.nn.Parameter(torch.ones(30)), edge_index)
+    x, edge_index = torch.randn(10, 5), torch.randint(0, 10, (2, 30))
+    set_masks(model, torch.nn.Parameter(torch.full((30,), -1.0)), edge_index)
     converted = lrp.convert(model)
-    assert "_edge_mask" in model.convs[0]._parameters
-    assert "_edge_mask" not in converted.convs[0]._parameters
+    assert "_edge_mask" in model.convs[0]._parameters and model.convs[0].explain
+    assert converted.convs[0]._edge_mask is None and not converted.convs[0].explain
     assert converted.convs[0].lin.weight is model.convs[0].lin.weight
+    masked = model(x, edge_index)
+    clear_masks(model)
+    torch.testing.assert_close(converted(x, edge_index), model(x, edge_index))
+    assert not torch.allclose(masked, model(x, edge_index))
 
 
 def test_a_composite_keyed_by_an_lrp_layer_applies_to_the_pyg_layer_of_its_name():
@@ -912,3 +947,31 @@ def test_jumping_knowledge_and_recurrent_modules_convert_and_conserve(kind):
     total = sum(report.input_relevance.values()) + report.absorbed + report.lost
     assert report.seed == pytest.approx(total, rel=1e-9, abs=1e-12)
     assert abs(sum(report.input_relevance.values())) > 1e-3
+
+
+def test_rules_of_a_converted_model_inside_another_are_kept():
+    """``lrp.explain(Wrapper(converted))`` and ``lrp.convert(Wrapper(converted))``
+    used the default composite for the converted model's layers."""
+    model, (x, edge_index) = node_model(GCN3, True)
+    converted = lrp.convert(model, rules=R.Epsilon(0.0))
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, edge_index):
+            return self.inner(x, edge_index)
+
+    expected = lrp.explain(converted, x, edge_index, index=3)
+    found = lrp.explain(Wrapper(converted), x, edge_index, index=3)
+    torch.testing.assert_close(found.node_mask, expected.node_mask)
+    assert not torch.allclose(lrp.explain(model, x, edge_index, index=3).node_mask, expected.node_mask)
+    rules = lrp.convert(Wrapper(converted))._lrp_rules
+    assert all(rules[f"inner.{k}" if k else "inner"] == v for k, v in converted._lrp_rules.items())
+
+
+@pytest.mark.parametrize("given", [torch.nn.Softmin(dim=-1), "Softmin", 3])
+def test_register_takes_module_classes_only(given):
+    with pytest.raises(TypeError, match=r"register: expected a torch.nn.Module subclass"):
+        lrp.register(given)

@@ -96,6 +96,10 @@ def register(module_type: type) -> type:
     relevance rules and reports any op without one at run time. Usable as a
     class decorator.
     """
+    if not (isinstance(module_type, type) and issubclass(module_type, torch.nn.Module)):
+        hint = (f" (an instance: pass its class, lrp.register({type(module_type).__name__}))"
+                if isinstance(module_type, torch.nn.Module) else "")
+        raise TypeError(f"register: expected a torch.nn.Module subclass, got {module_type!r}{hint}.")
     _SUPPORTED.add(module_type)
     return module_type
 
@@ -151,12 +155,13 @@ def _share_copy(module: torch.nn.Module, memo: Optional[dict] = None) -> torch.n
 
 
 def _clear_explainer_state(layer: MessagePassing) -> None:
-    """Drop what another explainer may have left on the original layer (PyG's
-    ``explain`` flag and ``_edge_mask`` slots), on our copy only."""
+    """Turn off, on our copy only, what another explainer may have left on
+    the original layer (PyG's ``explain`` flag and edge masks): the copy
+    reads no mask. An ``_edge_mask`` slot in the shared ``_parameters`` stays
+    (the dict is one for both: see ``_SHARED_DICTS``); the copy's own
+    attribute hides it."""
     if layer._explain:
         layer.explain = False
-    if "_edge_mask" in layer._parameters:  # the copy's own dict then: the original keeps its mask
-        layer._parameters = {k: v for k, v in layer._parameters.items() if k != "_edge_mask"}
     layer.__dict__.update(_edge_mask=None, _loop_mask=None, _explain=None)
 
 
@@ -335,16 +340,25 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     followed by an activation).
 
     Without ``rules``, a model made by :func:`convert` gets the rules it was
-    converted with, as the relevance pass gives them.
+    converted with, as the relevance pass gives them; so do the modules of
+    one used inside another model (a wrapper, ``DataParallel``), the rest
+    the default composite.
     """
     stored = getattr(model, "_lrp_rules", None)
     if rules is None and stored is not None:
         return dict(stored)
+    named = list(model.named_modules()) if named is None else named
+    if rules is None:
+        inner = [(name, m._lrp_rules) for name, m in named if name and isinstance(getattr(m, "_lrp_rules", None), dict)]
+        if inner:
+            found = resolve_rules(model, {}, named)
+            for prefix, kept in inner:
+                found.update({f"{prefix}.{k}" if k else prefix: rule for k, rule in kept.items()})
+            return found
     rules = composite(rules)
     by_type = [(k, v) for k, v in rules.items() if isinstance(k, type)]
     by_name = {k: v for k, v in rules.items() if isinstance(k, str)}
 
-    named = list(model.named_modules()) if named is None else named
     graph_layers = _layers(named)
     modules = dict(named)
     unmatched = [k for k in by_name if k not in modules and not any(fnmatch.fnmatchcase(n, k) for n in modules)]
@@ -418,11 +432,19 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
     model = unwrap(model)
     # a converted model given again without rules keeps its composite
     kept = getattr(model, "_lrp_rules", None) if rules is None else None
+    given = rules is not None  # without rules, converted modules inside keep theirs (resolve_rules)
     rules = composite(rules)
     unused = unused_types(rules, model.modules())
     if unused:
         raise unused_types_error(model, unused)
     extra = tuple(k for k in rules if isinstance(k, type) and k is not torch.nn.Module)
+    lazy = [name for name, p in model.named_parameters() if isinstance(p, torch.nn.parameter.UninitializedParameter)]
+    if lazy:
+        # its first forward would replace the lazy parameters and remove the hook that does it in one
+        # model only (the hook is the original's): run it before copying
+        raise ValueError(f"lrp.convert: {type(model).__name__} has parameters whose shapes its first forward "
+                         f"sets (in_channels=-1: {', '.join(lazy[:3])}{', ...' if len(lazy) > 3 else ''}). Run "
+                         f"the model once (model(x, edge_index)) before lrp.convert.")
     unsupported = [(name or "<model>", type(m)) for name, m in model.named_modules() if not _is_supported(m, extra)]
     if unsupported:
         lines = "\n".join(f"  - {name} ({t.__module__}.{t.__qualname__})" for name, t in unsupported)
@@ -450,5 +472,5 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
             f"pass then checks its ops as it runs."
         )
     converted = _share_copy(model)
-    converted._lrp_rules = dict(kept) if kept is not None else resolve_rules(converted, rules)
+    converted._lrp_rules = dict(kept) if kept is not None else resolve_rules(converted, rules if given else None)
     return converted
