@@ -987,6 +987,8 @@ def test_one_graphs_class_scores_as_a_vector_are_refused():
         lrp.explain(OneGraph(lambda z: z).eval(), x, edge_index, task_level="graph", mode="multiclass_classification")
     with pytest.raises(ValueError, match=r"mode: the output \(shape \(3,\)\) is one softmax"):
         lrp.explain(OneGraph(lambda z: F.log_softmax(z, -1)).eval(), x, edge_index, task_level="graph")
+    with pytest.raises(ValueError, match=r"cannot tell it.*one graph's 3 class scores.*out\.unsqueeze\(0\)"):
+        lrp.explain(OneGraph(lambda z: z).eval(), x, edge_index)
     with pytest.raises(ValueError, match=r"single number \(shape \(\)\).*out\.view\(1\)"):
         lrp.explain(OneGraph(lambda z: z[0]).eval(), x, edge_index, mode="regression")
 

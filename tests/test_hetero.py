@@ -919,3 +919,18 @@ def test_a_graph_level_model_is_told_from_its_batch_dict():
                            task_level="graph")
     for t in x:
         torch.testing.assert_close(found[t].node_mask, expected[t].node_mask)
+
+
+def test_a_model_returning_a_dict_is_told_what_to_return():
+    class PerType(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = HeteroConv({("a", "to", "b"): GraphConv((3, 3), 4), ("b", "to", "a"): GraphConv((3, 3), 4)})
+
+        def forward(self, x_dict, edge_index_dict):
+            return self.conv(x_dict, edge_index_dict)
+
+    x = {"a": torch.randn(3, 3), "b": torch.randn(3, 3)}
+    edge_index = {("a", "to", "b"): torch.tensor([[0, 1], [1, 2]]), ("b", "to", "a"): torch.tensor([[0, 2], [1, 0]])}
+    with pytest.raises(TypeError, match=r"must return one tensor, got dict\. .*out\['paper'\]"):
+        lrp.explain(PerType().eval(), x, edge_index, index=0, mode="multiclass_classification")

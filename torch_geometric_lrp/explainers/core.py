@@ -179,7 +179,10 @@ class Pass:
             self._trimming.reset()
         out = unwrap(self.model)(x, edge_index, **kwargs)
         if not isinstance(out, Tensor):
-            raise TypeError(f"model: an explained model must return one tensor, got {type(out).__name__}.")
+            hint = (" For a heterogeneous model returning one output per node type, return the explained type's "
+                    "(out['paper']) in forward, or wrap the model in a module that does."
+                    if isinstance(out, dict) else "")
+            raise TypeError(f"model: an explained model must return one tensor, got {type(out).__name__}.{hint}")
         return out
 
     def plain(self, x: Tensor, edge_index, kwargs: dict) -> Tensor:
@@ -520,8 +523,8 @@ def check_layer_state(model: torch.nn.Module, call: Callable[[], object]) -> Non
     masks = [m for m, k in held if k == "_edge_mask"]
     parts, fixes = [], []
     if caches:
-        parts.append(f"{', '.join(dict.fromkeys(f'{names[m]!r} ({type(m).__name__})' for m in caches))} hold a "
-                     f"cache (cached=True)")
+        layers = list(dict.fromkeys(f'{names[m]!r} ({type(m).__name__})' for m in caches))
+        parts.append(f"{', '.join(layers)} {'hold' if len(layers) > 1 else 'holds'} a cache (cached=True)")
         fixes.append(f"clear the caches (set {', '.join(sorted({k for m, k in held if k != '_edge_mask'}))} of "
                      f"those layers to None) or build the layers with cached=False")
     if masks:

@@ -321,8 +321,10 @@ def infer_task_level(out: Tensor, num_nodes, edge_index, kwargs: dict) -> ModelT
         return ModelTaskLevel.edge
     if out.shape[0] == 1:
         return ModelTaskLevel.graph
+    vector = (f" (A vector of one graph's {out.shape[0]} class scores would be read as {out.shape[0]} rows: "
+              f"return [1, C], out.unsqueeze(0).)" if out.dim() == 1 else "")
     raise ValueError(f"task_level: cannot tell it from an output of shape {tuple(out.shape)} for {num_nodes} "
-                     f"nodes; pass task_level='node', 'edge' or 'graph'.")
+                     f"nodes; pass task_level='node', 'edge' or 'graph'.{vector}")
 
 
 def _rows_sum_to_one(out: Tensor) -> bool:
