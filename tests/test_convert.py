@@ -975,3 +975,28 @@ def test_rules_of_a_converted_model_inside_another_are_kept():
 def test_register_takes_module_classes_only(given):
     with pytest.raises(TypeError, match=r"register: expected a torch.nn.Module subclass"):
         lrp.register(given)
+
+
+def test_a_model_converted_without_rules_takes_the_outer_default_inside_a_wrapper():
+    """Stored defaults are the inner model's own (its last layer as the
+    output layer); inside a wrapper with a head that layer is a hidden one,
+    so the wrapper's default composite holds there."""
+    from torch_geometric_lrp.convert import DEFAULT_LOWER, resolve_rules
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = pyg_nn.GCNConv(5, 8), pyg_nn.GCNConv(8, 8)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    class Classifier(torch.nn.Module):
+        def __init__(self, encoder):
+            super().__init__()
+            self.enc, self.head = encoder, torch.nn.Linear(8, 3)
+
+        def forward(self, x, edge_index):
+            return self.head(self.enc(x, edge_index).relu())
+
+    assert resolve_rules(Classifier(lrp.convert(Encoder())))["enc.c2"] == DEFAULT_LOWER

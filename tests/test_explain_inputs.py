@@ -985,7 +985,7 @@ def test_one_graphs_class_scores_as_a_vector_are_refused():
     x, edge_index = torch.randn(N, F_IN), DATA["edge_index"]
     with pytest.raises(ValueError, match=r"multiclass_classification.*shape \(3,\).*out\.unsqueeze\(0\)"):
         lrp.explain(OneGraph(lambda z: z).eval(), x, edge_index, task_level="graph", mode="multiclass_classification")
-    with pytest.raises(ValueError, match=r"mode: the output \(shape \(3,\)\) is one softmax"):
+    with pytest.raises(ValueError, match=r"mode: the output of one graph \(shape \(3,\)\) is one softmax"):
         lrp.explain(OneGraph(lambda z: F.log_softmax(z, -1)).eval(), x, edge_index, task_level="graph")
     with pytest.raises(ValueError, match=r"cannot tell it.*one graph's 3 class scores.*out\.unsqueeze\(0\)"):
         lrp.explain(OneGraph(lambda z: z).eval(), x, edge_index)
@@ -1047,3 +1047,60 @@ def test_relevance_that_overflows_in_the_backward_is_told_so():
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert any("overflowed in the backward" in m and "float32 copy" in m for m in messages), messages
     assert not any("does not add up" in m or "inside the forward" in m for m in messages), messages
+
+
+def test_vectors_that_sum_to_one_are_refused_only_as_one_graphs_scores():
+    """A per-graph sigmoid vector (with ``batch``) that happens to sum to 1,
+    and a log-softmax over the nodes, are explained as before; only one
+    graph's softmax vector without ``batch`` is refused."""
+    class PerGraph(torch.nn.Module):
+        def __init__(self, last):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv, self.lin, self.last = GCNConv(F_IN, HID), torch.nn.Linear(HID, 1), last
+
+        def forward(self, x, edge_index, batch=None):
+            from torch_geometric.nn import global_add_pool
+
+            h = self.conv(x, edge_index).relu()
+            return self.last(self.lin(global_add_pool(h, batch)).view(-1) if batch is not None else self.lin(h).view(-1))
+
+    x, edge_index = torch.randn(N, F_IN), DATA["edge_index"]
+    batch = (torch.arange(N) >= N // 2).long()
+    # sigmoid(a) + sigmoid(-a) = 1: a [2] sigmoid output that sums to one
+    found = lrp.explain(PerGraph(lambda z: torch.sigmoid(torch.stack([z[0], -z[0]]))).eval(), x, edge_index,
+                        index=0, batch=batch, mode=None)
+    assert found._model_config.mode.value == "binary_classification"
+    nodes = lrp.explain(PerGraph(lambda z: F.log_softmax(z, 0)).eval(), x, edge_index, index=2, task_level="node")
+    assert math.isfinite(nodes.score)
+
+
+def test_an_unused_buffer_made_under_inference_mode_is_no_obstacle():
+    class WithStats(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = GCNConv(F_IN, C)
+            with torch.inference_mode():
+                self.register_buffer("unused_stats", torch.zeros(3))
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    assert_conserved(lrp.explain(WithStats().eval(), torch.randn(N, F_IN), DATA["edge_index"], index=1))
+
+
+def test_an_unused_value_without_a_rule_is_a_plain_tensor_after_the_pass():
+    """The pass lets an auxiliary value with no rule through (the output does
+    not use it); a backward of it after the pass is the user's own."""
+    class WithAux(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.aux = GCNConv(F_IN, C), torch.nn.Linear(F_IN, 2)
+
+        def forward(self, x, edge_index):
+            self.aux_loss = torch.sin(self.aux(x)).sum()
+            return self.conv(x, edge_index)
+
+    model = WithAux().eval()
+    lrp.explain(model, torch.randn(N, F_IN), DATA["edge_index"], index=1)
+    model.aux_loss.backward()  # refused inside the pass only

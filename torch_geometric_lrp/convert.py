@@ -341,15 +341,18 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
 
     Without ``rules``, a model made by :func:`convert` gets the rules it was
     converted with, as the relevance pass gives them; so do the modules of
-    one used inside another model (a wrapper, ``DataParallel``), the rest
-    the default composite.
+    one converted with ``rules`` used inside another model (a wrapper,
+    ``DataParallel``), the rest the default composite.
     """
     stored = getattr(model, "_lrp_rules", None)
     if rules is None and stored is not None:
         return dict(stored)
     named = list(model.named_modules()) if named is None else named
     if rules is None:
-        inner = [(name, m._lrp_rules) for name, m in named if name and isinstance(getattr(m, "_lrp_rules", None), dict)]
+        # rules given to convert (a model converted without rules stored the default composite, which the
+        # outer model's default composite replaces: its last layer may be a hidden layer there)
+        inner = [(name, m._lrp_rules) for name, m in named
+                 if name and getattr(m, "_lrp_rules_given", False) and isinstance(getattr(m, "_lrp_rules", None), dict)]
         if inner:
             found = resolve_rules(model, {}, named)
             for prefix, kept in inner:
@@ -473,4 +476,6 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
         )
     converted = _share_copy(model)
     converted._lrp_rules = dict(kept) if kept is not None else resolve_rules(converted, rules if given else None)
+    converted._lrp_rules_given = given or (kept is not None and getattr(model, "_lrp_rules_given", False)) or \
+        any(getattr(m, "_lrp_rules_given", False) for name, m in converted.named_modules() if name)
     return converted

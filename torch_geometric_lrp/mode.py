@@ -2383,7 +2383,7 @@ class RelevanceMode(TorchFunctionMode):
                 self._refused[t.grad_fn] = error
                 self._own_hooks = True  # and where a backward of the user's own reaches it
                 try:
-                    t.register_hook(functools.partial(_raise, error))
+                    t.register_hook(functools.partial(_raise_in_pass, self, error))
                 finally:
                     self._own_hooks = False
             return
@@ -2519,8 +2519,12 @@ def _node_name(node) -> str:
 
 
 
-def _raise(error: Exception, grad=None):
-    raise error
+def _raise_in_pass(mode: "RelevanceMode", error: Exception, grad=None):
+    """A hook that refuses a backward of the pass ``mode`` (open in this
+    thread) reaching an op without a rule; after the pass, a backward of
+    what the model kept (an auxiliary loss) is the user's gradient."""
+    if current_mode() is mode:
+        raise error
 
 
 def _checkpointed(detail: str) -> UnsupportedOpError:
@@ -2636,11 +2640,12 @@ def _check_no_global_backward_hooks() -> None:
 
 
 def _check_no_inference_tensors(model: torch.nn.Module) -> None:
-    """Refuse parameters and buffers made under ``torch.inference_mode()``:
-    no backward can run through them."""
-    if not any(t.is_inference() for t in itertools.chain(model.parameters(), model.buffers())):
+    """Refuse parameters made under ``torch.inference_mode()``: no backward
+    can run through them."""
+    # (parameters only: a buffer the forward reads fails in torch's words, one it does not read is harmless)
+    if not any(t.is_inference() for t in model.parameters()):
         return
-    name = next(n for n, t in itertools.chain(model.named_parameters(), model.named_buffers()) if t.is_inference())
+    name = next(n for n, t in model.named_parameters() if t.is_inference())
     raise RuntimeError(
         f"model: {name!r} is an inference tensor (the model was built under torch.inference_mode()), and "
         f"relevance needs a backward pass through it. Build the model outside inference mode; its weights "

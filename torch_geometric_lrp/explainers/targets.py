@@ -359,16 +359,24 @@ def check_output_shape(out: Tensor, mode: ModelMode) -> None:
                          f"graph, [1, C] (out.unsqueeze(0)).")
 
 
+def check_one_graph(out: Tensor, activated: bool, level: ModelTaskLevel, kwargs: dict) -> None:
+    """A graph-level output of one graph (no ``batch``) that is one softmax
+    or log-softmax over a vector: one graph's class scores, which would be
+    read as as many graphs (the mode is read off the output then)."""
+    graphs_given = any(kwargs.get(k) is not None for k in ("batch", "batch_dict"))
+    if level == ModelTaskLevel.graph and activated and not graphs_given and out.dim() == 1 and \
+            out.numel() > 1 and (_rows_sum_to_one(out.view(1, -1)) or _is_log_probs(out.view(1, -1))):
+        raise ValueError(f"mode: the output of one graph (shape ({out.shape[0]},)) is one softmax or log-softmax "
+                         f"over its only dimension, the graph's class scores, which would be read as "
+                         f"{out.shape[0]} graphs. Return [1, C] (out.unsqueeze(0)), or pass mode= to say what the "
+                         f"output is.")
+
+
 def infer_mode(out: Tensor, activated: bool) -> ModelMode:
     """Multiclass for a final softmax / log-softmax, binary for a final
     sigmoid (one label or several), multiclass for several raw outputs per
     row; a single raw output per row has to be named."""
     columns = out.reshape(out.shape[0], -1).shape[1] if out.dim() else 1
-    if activated and out.dim() == 1 and out.numel() > 1 and (_rows_sum_to_one(out.view(1, -1)) or
-                                                             _is_log_probs(out.view(1, -1))):
-        raise ValueError(f"mode: the output (shape ({out.shape[0]},)) is one softmax or log-softmax over its only "
-                         f"dimension, the class scores of one row, which would be read as {out.shape[0]} rows. "
-                         f"Return [1, C] (out.unsqueeze(0)), or pass mode= to say what the output is.")
     if activated:
         if _rows_sum_to_one(out) or _is_log_probs(out):
             return ModelMode.multiclass_classification
