@@ -1089,9 +1089,10 @@ def test_an_unused_buffer_made_under_inference_mode_is_no_obstacle():
     assert_conserved(lrp.explain(WithStats().eval(), torch.randn(N, F_IN), DATA["edge_index"], index=1))
 
 
-def test_an_unused_value_without_a_rule_is_a_plain_tensor_after_the_pass():
+def test_a_backward_through_a_value_without_a_rule_is_refused_also_after_the_pass():
     """The pass lets an auxiliary value with no rule through (the output does
-    not use it); a backward of it after the pass is the user's own."""
+    not use it). Its tensors carry relevance, with the parameters as
+    constants, so a backward of it, in the pass or after, is refused."""
     class WithAux(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -1103,4 +1104,5 @@ def test_an_unused_value_without_a_rule_is_a_plain_tensor_after_the_pass():
 
     model = WithAux().eval()
     lrp.explain(model, torch.randn(N, F_IN), DATA["edge_index"], index=1)
-    model.aux_loss.backward()  # refused inside the pass only
+    with pytest.raises(lrp.UnsupportedOpError, match="'sin'"):
+        model.aux_loss.backward()

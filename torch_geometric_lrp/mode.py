@@ -2383,7 +2383,7 @@ class RelevanceMode(TorchFunctionMode):
                 self._refused[t.grad_fn] = error
                 self._own_hooks = True  # and where a backward of the user's own reaches it
                 try:
-                    t.register_hook(functools.partial(_raise_in_pass, self, error))
+                    t.register_hook(functools.partial(_raise, error))
                 finally:
                     self._own_hooks = False
             return
@@ -2519,12 +2519,11 @@ def _node_name(node) -> str:
 
 
 
-def _raise_in_pass(mode: "RelevanceMode", error: Exception, grad=None):
-    """A hook that refuses a backward of the pass ``mode`` (open in this
-    thread) reaching an op without a rule; after the pass, a backward of
-    what the model kept (an auxiliary loss) is the user's gradient."""
-    if current_mode() is mode:
-        raise error
+def _raise(error: Exception, grad=None):
+    """A hook that refuses any backward reaching an op without a rule: the
+    tensors of a pass carry relevance (parameters are constants there), in
+    the pass and after it, so such a backward gives no gradient either."""
+    raise error
 
 
 def _checkpointed(detail: str) -> UnsupportedOpError:
