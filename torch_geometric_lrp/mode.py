@@ -1356,14 +1356,19 @@ class RelevanceMode(TorchFunctionMode):
         stream value times stream gradient (``fn`` may be called once per
         stream with that stream's part)."""
         entry = self._maps.get(t)
-        self._own_hooks = True  # let through by __torch_function__, which drops the model's own
+        if entry is None:
+            self._own_hook(t, lambda grad: fn(grad))
+            return
+        for output in _distinct(entry[1]):
+            value = output.detach()
+            self._own_hook(output, lambda grad, value=value: fn(times(value, grad)))
+
+    def _own_hook(self, t: Tensor, fn: Callable) -> None:
+        """``t.register_hook(fn)`` as the pass's own hook, which
+        ``__torch_function__`` lets through (it drops the model's own)."""
+        self._own_hooks = True
         try:
-            if entry is None:
-                t.register_hook(lambda grad: fn(grad))
-                return
-            for output in _distinct(entry[1]):
-                value = output.detach()
-                output.register_hook(lambda grad, value=value: fn(times(value, grad)))
+            t.register_hook(fn)
         finally:
             self._own_hooks = False
 
@@ -2381,11 +2386,7 @@ class RelevanceMode(TorchFunctionMode):
             # loss, as dense_diff_pool's entropy) changes no relevance.
             for t in outputs:
                 self._refused[t.grad_fn] = error
-                self._own_hooks = True  # and where a backward of the user's own reaches it
-                try:
-                    t.register_hook(functools.partial(_raise, error))
-                finally:
-                    self._own_hooks = False
+                self._own_hook(t, functools.partial(_raise, error))  # and where a backward of the user's reaches it
             return
         self.unsupported[key] += 1
         for t in (out if isinstance(out, (tuple, list)) else (out,)):

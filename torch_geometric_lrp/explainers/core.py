@@ -44,8 +44,8 @@ from ..mode import UnsupportedOpError, _locked, _prepared, relevance_pass, unwra
 from .subgraph import (Cut, context_features, context_inputs, count_hops, cut, layout_bound, lean, message_flow,
                        pays_off, reaches_ring, slice_inputs, with_context)
 from .trim import Propagations, Trimming, hop_distance
-from .targets import (MASK_VIEWS, check_mask_rows, check_one_graph, check_output_shape, check_target, infer_mode, infer_return_type, infer_task_level,
-                      is_sparse, seed_of)
+from .targets import (MASK_VIEWS, check_mask_rows, check_one_graph, check_output_shape, check_target, infer_mode,
+                      infer_return_type, infer_task_level, is_sparse, seed_of)
 
 __all__ = ["SubgraphWarning", "Pass", "Relevance", "Settings", "explain_rows", "on_graph", "on_cut", "InFull",
            "proves_lean_cuts", "full_output",
@@ -401,10 +401,11 @@ def resolve_task(p: Pass, settings: Settings, num_nodes, edge_index, kwargs: dic
     out = p.out.detach()
     check_output_shape(out, settings.mode)
     level = settings.task_level or infer_task_level(out, num_nodes, edge_index, kwargs)
-    if settings.mode is None:
+    mode = settings.mode
+    if mode is None:  # read off the output, then checked as a given one was
         check_one_graph(out, activated, level, kwargs)
-    mode = settings.mode or infer_mode(out, activated)
-    check_output_shape(out, mode)
+        mode = infer_mode(out, activated)
+        check_output_shape(out, mode)
     return_type = settings.return_type or infer_return_type(out, mode, activated)
     return level, mode, return_type
 
