@@ -1106,3 +1106,31 @@ def test_a_backward_through_a_value_without_a_rule_is_refused_also_after_the_pas
     lrp.explain(model, torch.randn(N, F_IN), DATA["edge_index"], index=1)
     with pytest.raises(lrp.UnsupportedOpError, match="'sin'"):
         model.aux_loss.backward()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_weight_of_another_class_changes_nothing(value):
+    """A NaN in the head's row of class 2 leaves class 0's logit as it was;
+    explaining class 0 gave an all-NaN mask (0 relevance times the weight in
+    the backward). Weights are guarded as gates are: the mask of the clean
+    model."""
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv, self.lin = GCNConv(F_IN, HID), torch.nn.Linear(HID, C)
+
+        def forward(self, x, edge_index):
+            return self.lin(self.conv(x, edge_index).relu())
+
+    model = Head().double().eval()
+    x, edge_index = torch.randn(N, F_IN, dtype=torch.float64), DATA["edge_index"]
+    clean = lrp.explain(model, x, edge_index, index=1, rules=lrp.rules.Epsilon(0), target=torch.tensor([0]))
+    with torch.no_grad():
+        model.lin.weight[2, 1] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the NaN the bias of class 2 absorbs is told
+        found = lrp.explain(model, x, edge_index, index=1, rules=lrp.rules.Epsilon(0), target=torch.tensor([0]))
+    assert found.score == clean.score
+    torch.testing.assert_close(found.node_mask, clean.node_mask)
+    torch.testing.assert_close(found.edge_mask, clean.edge_mask)

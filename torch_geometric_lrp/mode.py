@@ -1030,13 +1030,14 @@ _DIVISIONS = ("div", "__truediv", "__itruediv", "true_divide", "divide")
 
 
 def _guarding(fn: Callable, roles: list, divides: bool) -> Callable:
-    """``fn`` whose gate operands (``roles``, in :func:`_tensors_of`'s
-    order) may hold inf / NaN: where they do, it runs through
+    """``fn`` whose gate and weight operands (``roles``, in
+    :func:`_tensors_of`'s order) may hold inf / NaN: where they do, it runs through
     :func:`maps.guarded`, whose backward reads 0 relevance times such an
     entry as 0; ``divides``: the gate is a divisor."""
     def call(*args, **kwargs):
         tensors = [t for t, _ in _tensors_of(args, kwargs)]
-        gates = [i for i, r in enumerate(roles) if r == "gate" and i < len(tensors)
+        # (a weight is a constant of the pass too: guarded as a gate is)
+        gates = [i for i, r in enumerate(roles) if r in ("gate", "weight") and i < len(tensors)
                  and tensors[i].is_floating_point() and tensors[i].layout == torch.strided]
         if all(bool(torch.isfinite(tensors[i]).all()) and not (divides and bool((tensors[i] == 0).any()))
                for i in gates):
@@ -1436,12 +1437,13 @@ class RelevanceMode(TorchFunctionMode):
             return NotImplemented
         infos = [self.gate_info(t) for t, r in operands if r == "signal"] if self._gates else [None]
         divides = name.startswith(_DIVISIONS)
-        if any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and (
-                not bool(torch.isfinite(t).all()) or (divides and bool((t == 0).any()))) for t, r in operands):
+        if any((r == "gate" and t.is_floating_point() and t.layout == torch.strided and (
+                not bool(torch.isfinite(t).all()) or (divides and bool((t == 0).any())))) or
+               (r == "weight" and not self._finite_weight(t)) for t, r in operands):
             # A gate with inf / NaN entries (attention over a NaN feature, a NaN edge weight; a divisor 0,
-            # the degree of an isolated node): the op runs on them as the model's does; its backward reads
-            # 0 relevance times such an entry as 0 (maps.guarded), so that NaN does not spread into rows
-            # the output does not depend on.
+            # the degree of an isolated node), or a weight (a row of a class the output does not explain):
+            # the op runs on them as the model's does; its backward reads 0 relevance times such an entry
+            # as 0 (maps.guarded), so that NaN does not spread into rows the output does not depend on.
             fn = _guarding(fn, [r for _, r in operands], divides)
             self.nonfinite_gates = True
         out = self._linear_op_of_signals(name, fn, kind, rule, args, kwargs, keyed, operands)
@@ -1493,6 +1495,19 @@ class RelevanceMode(TorchFunctionMode):
                 return self._register(value, rule, [value, value if up else op.count(1)])
             outputs = [op.count(1), op.count(-1)]
         return self._register(op.plain(), rule, outputs)
+
+    def _finite_weight(self, w: Tensor) -> bool:
+        """Whether weight ``w`` holds only finite entries; for a parameter
+        found once per pass (see :meth:`_signs_of`)."""
+        if not w.is_floating_point() or w.layout != torch.strided:
+            return True
+        key = ("finite", id(w)) if _is_parameter(w) else None
+        found = self._factor_signs.get(key) if key is not None else None
+        if found is None:
+            found = bool(torch.isfinite(_value_of(w)).all())
+            if key is not None:
+                self._factor_signs[key] = found
+        return found
 
     def _signs_of(self, f: Tensor) -> list:
         """The signs (``1``, ``-1``) that the entries of factor or constant
