@@ -620,6 +620,12 @@ def evaluator_for(trained: Trained) -> Explainer:
 can_track_peak, reset_peak, peak = peak_memory.can_track, peak_memory.reset, peak_memory.peak
 
 
+def machine() -> str:
+    """The versions and the CPU cores of a run (every result file's header)."""
+    return (f"torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, "
+            f"torch_geometric_lrp {lrp.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPU cores")
+
+
 def header(title: str, argv: list[str], seed: int, extra: list[str] = (),
            seeded: str = "datasets, model initialisation, training, instance sample, explainers") -> str:
     """The standard header; ``seeded`` says what ``seed`` seeds."""
@@ -629,9 +635,7 @@ def header(title: str, argv: list[str], seed: int, extra: list[str] = (),
         f"- command: `python {' '.join([os.path.relpath(sys.argv[0], ROOT)] + argv)}`",
         f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- seed: {seed} ({seeded})",
-        f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, "
-        f"torch_geometric_lrp {lrp.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}",
+        f"- {machine()}, torch threads {torch.get_num_threads()}",
     ]
     return "\n".join(lines + list(extra)) + "\n"
 

@@ -224,19 +224,16 @@ def main() -> int:
         changed = prepare(os.path.abspath(args.checkout), work)
         counts, failures = summarise(run(work, args.pytest_args))
 
-    import platform
     from datetime import datetime, timezone
 
-    import torch
-    import torch_geometric_lrp as lrp
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import common  # (late: the header's versions, after the suite ran)
 
     meta = [
         f"- command: `python {' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}`",
         f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; runtime "
         f"{(time.perf_counter() - start) / 60:.1f} min",
-        f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, "
-        f"torch_geometric_lrp {lrp.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPU cores; pytest with torch's default threads",
+        f"- {common.machine()}; pytest with torch's default threads",
         f"- the tests of PyG {checkout_version(args.checkout)} (the checkout), run on the installed PyG "
         f"{torch_geometric.__version__}",
     ]

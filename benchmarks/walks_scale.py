@@ -23,8 +23,6 @@ Run: ``python benchmarks/walks_scale.py [--quick]`` (writes
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -32,11 +30,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-import torch_geometric
 from torch_geometric.nn import GCN, MessagePassing
 
 import torch_geometric_lrp as lrp
 from torch_geometric_lrp.explainers.targets import seed_of
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
 from torch_geometric.explain.config import ModelMode
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -133,9 +133,7 @@ def main(argv=None) -> None:
         f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; runtime {runtime:.0f} s",
         "- seeds: each graph and its targets from `torch.Generator().manual_seed(N)`, each model's "
         "initialisation from `torch.manual_seed(layers)`; no training",
-        f"- torch {torch.__version__}, torch_geometric {torch_geometric.__version__}, "
-        f"torch_geometric_lrp {lrp.__version__}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}",
+        f"- {common.machine()}, torch threads {torch.get_num_threads()}",
         "",
         "A shared machine, so times are rough: compare "
         f"within a row. Random graphs with E = 10 N, PyG `GCN` (hidden 64, float32), {targets} target nodes, "
