@@ -56,16 +56,25 @@ the edge relevance) already costs more than the bar allows; an
 implementation under the bar there would have to share work between those
 runs (aggregate once, then multiply by both weight matrices).
 
+On a GPU
+--------
+``--device cuda`` trains on the CPU as above (the same weights), then moves
+the models, the instances and the size table's graphs to the GPU, and
+synchronises after every timed call (each call's time includes its kernels).
+The floor and LRP masks are compared there too.
+
 Usage::
 
     python benchmarks/cost_floor.py           # all datasets and models, sizes to 300k edges (~5 min)
     python benchmarks/cost_floor.py --quick   # BA-Shapes and BA-2Motifs, sizes to 30k edges
+    python benchmarks/cost_floor.py --device cuda --max-edges 1000000 --out benchmarks/results/cost_floor_cuda.md
 
 Writes ``benchmarks/results/cost_floor.md`` (``--out`` to change).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 import warnings
@@ -145,18 +154,17 @@ class Floor(ExplainerAlgorithm):
                                                               relabel_nodes=True, num_nodes=x.shape[0])
         degree = None
         if model.kind == "GCN":  # GCN normalises by degrees in the whole graph (with self-loops)
-            degree = torch.ones(x.shape[0], dtype=x.dtype).index_add_(
-                0, edge_index[1], torch.ones(edge_index.shape[1], dtype=x.dtype))[nodes]
+            degree = x.new_ones(x.shape[0]).index_add_(0, edge_index[1], x.new_ones(edge_index.shape[1]))[nodes]
         sub = self.explain(model, x[nodes], sub_edge_index, int(target[index]), int(mapping[0]), None, degree)
         node_mask = torch.zeros_like(x)
         node_mask[nodes] = sub.node_mask
-        edge_mask = torch.zeros(edge_index.shape[1], dtype=x.dtype)
+        edge_mask = x.new_zeros(edge_index.shape[1])
         edge_mask[kept] = sub.edge_mask
         return Explanation(node_mask=node_mask, edge_mask=edge_mask)
 
     def explain(self, model, x, edge_index, klass: int, row: int, batch, degree=None) -> Explanation:
         x = x.detach().requires_grad_()
-        edge = torch.ones(edge_index.shape[1], dtype=x.dtype, requires_grad=True)
+        edge = x.new_ones(edge_index.shape[1]).requires_grad_()
         src, dst = edge_index
         n = x.shape[0]
         if model.kind == "GCN":
@@ -164,11 +172,11 @@ class Floor(ExplainerAlgorithm):
             # frozen, from the degrees of the whole graph; the input edges' messages
             # are scaled by `edge`, the self-loops' by 1
             if degree is None:
-                degree = torch.ones(n, dtype=x.dtype).index_add_(0, dst, torch.ones_like(edge))
-            loops = torch.arange(n)
+                degree = x.new_ones(n).index_add_(0, dst, torch.ones_like(edge))
+            loops = torch.arange(n, device=x.device)
             src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
             norm = degree.rsqrt()[src] * degree.rsqrt()[dst]
-            ones = torch.ones(n, dtype=x.dtype)
+            ones = x.new_ones(n)
         if model.head is None:
             raise TypeError("Floor knows common.GNN with its Linear head (head=True)")
         rules = (DEFAULT_INPUT, DEFAULT_LOWER, DEFAULT_LOWER)  # with a head, the last conv is a hidden layer
@@ -177,7 +185,7 @@ class Floor(ExplainerAlgorithm):
             if model.kind == "GCN":
                 def gcn(h, weight, bias, conv=conv):
                     msg = (h @ weight(conv.lin.weight).T)[src] * (norm * torch.cat([edge, ones])).unsqueeze(-1)
-                    return torch.zeros(n, msg.shape[1], dtype=msg.dtype).index_add_(0, dst, msg) + \
+                    return msg.new_zeros(n, msg.shape[1]).index_add_(0, dst, msg) + \
                         bias(conv.bias)
                 h = torch.relu(_ruled(rule, h, gcn))
             else:
@@ -191,10 +199,9 @@ class Floor(ExplainerAlgorithm):
                                       bias(lin.bias)))
         head = model.head
         if model.graph_level:
-            b = torch.zeros(n, dtype=torch.long) if batch is None else batch
+            b = torch.zeros(n, dtype=torch.long, device=x.device) if batch is None else batch
             count = torch.bincount(b).clamp(min=1).to(x.dtype).unsqueeze(-1)
-            out = _ruled(DEFAULT_UPPER, h, lambda h, weight, bias: (torch.zeros(int(b.max()) + 1, h.shape[1],
-                                                                                dtype=h.dtype)
+            out = _ruled(DEFAULT_UPPER, h, lambda h, weight, bias: (h.new_zeros(int(b.max()) + 1, h.shape[1])
                                                                     .index_add_(0, b, h) / count) @ weight(head.weight).T +
                          bias(head.bias))
         else:
@@ -218,6 +225,25 @@ def explainers(model, task) -> dict:
 
 def call(explainer, inst):
     return lambda: explainer(inst.x, inst.edge_index, target=inst.target, index=inst.index, **inst.kwargs)
+
+
+def synced(fn, device: torch.device):
+    """``fn`` followed by a wait for the device's kernels (on a GPU a call
+    returns once its kernels are queued)."""
+    if device.type != "cuda":
+        return fn
+
+    def run():
+        fn()
+        torch.cuda.synchronize(device)
+    return run
+
+
+def moved(inst: common.Instance, device: torch.device) -> common.Instance:
+    """``inst`` with the tensors an explanation reads on ``device``."""
+    kwargs = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in inst.kwargs.items()}
+    return dataclasses.replace(inst, x=inst.x.to(device), edge_index=inst.edge_index.to(device),
+                               target=inst.target.to(device), kwargs=kwargs)
 
 
 def agreement(trained, instances) -> float:
@@ -245,13 +271,14 @@ def size_row(kind: str, target_edges: int, args) -> list[str]:
     edge_index = barabasi_albert_graph(n, 5)
     model = common.GNN(kind, 64, 4, graph_level=True).eval()
     x = torch.randn(n, 64)
+    model, x, edge_index = model.to(args.device), x.to(args.device), edge_index.to(args.device)
     with torch.no_grad():
         target = model(x, edge_index).argmax(-1)
     task = common.Task(name="BA graph", level="graph", num_features=64, num_classes=4, motif_edges=0,
                        candidates=torch.zeros(1, dtype=torch.long))
     inst = common.Instance(x, edge_index, 0, target, {}, None, None, None, None, 0)
     found = explainers(model, task)
-    calls = [call(found[m], inst) for m in METHODS] + [plain_fwd_bwd(model, inst)]
+    calls = [synced(fn, args.device) for fn in [call(found[m], inst) for m in METHODS] + [plain_fwd_bwd(model, inst)]]
     for fn in calls:
         fn()  # warm-up
     t = seconds_per_call([[fn] for fn in calls], args.size_rounds)
@@ -270,6 +297,8 @@ def main(argv=None) -> None:
     parser.add_argument("--max-edges", type=int, default=None,
                         help="largest graph of the size table (default 300000; --quick 30000)")
     parser.add_argument("--size-rounds", type=int, default=7, help="alternating rounds per graph size")
+    parser.add_argument("--device", type=torch.device, default=torch.device("cpu"),
+                        help="where the models and graphs are explained: cpu, cuda")
     parser.add_argument("--out", type=Path, default=RESULTS / "cost_floor.md")
     args = parser.parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
@@ -282,10 +311,11 @@ def main(argv=None) -> None:
         task = make_task(dataset, args.seed)
         for kind in MODELS:
             trained = train(task, kind, seed=args.seed, quick=True)
-            instances = make_instances(trained, args.instances, seed=args.seed)
+            instances = [moved(inst, args.device) for inst in make_instances(trained, args.instances, seed=args.seed)]
+            trained.model.to(args.device)
             diff = agreement(trained, instances)
             found = explainers(trained.model, task)
-            groups = [[call(found[m], inst) for inst in instances] for m in METHODS]
+            groups = [[synced(call(found[m], inst), args.device) for inst in instances] for m in METHODS]
             for calls in groups:
                 calls[0]()  # warm-up
             t = dict(zip(METHODS, seconds_per_call(groups, args.rounds)))
@@ -300,7 +330,8 @@ def main(argv=None) -> None:
             size_lines.append(size_row(kind, target_edges, args))
             print(" | ".join(size_lines[-1]), flush=True)
     doc = common.header("Cost: a hand-written floor for the default composite", argv, args.seed,
-                        [f"- {args.instances} instances per model, {args.rounds} alternating rounds; runtime "
+                        [f"- device: {torch.cuda.get_device_name(args.device) if args.device.type == 'cuda' else 'cpu'}",
+                         f"- {args.instances} instances per model, {args.rounds} alternating rounds; runtime "
                          f"{(time.perf_counter() - started) / 60:.1f} min", "",
                          "What is measured: see the docstring of `benchmarks/cost_floor.py`. Milliseconds per "
                          "explanation through the same `Explainer` call (medians).", ""])

@@ -76,8 +76,9 @@ def _worker(rank: int, init_file: str, out_dir: str, device: str) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_two_processes_return_what_one_returns(tmp_path, device):
     # fork where there is one: spawned children would spend seconds importing torch and PyG again;
-    # not once this process has used CUDA: neither CUDA nor autograd's device threads survive a fork
-    forks = "fork" in mp.get_all_start_methods() and not torch.cuda.is_initialized()
+    # not where a GPU is: autograd starts a thread per device at this process's first backward (CUDA
+    # unused or not), and neither those threads nor CUDA survive a fork
+    forks = "fork" in mp.get_all_start_methods() and not torch.cuda.is_available()
     method = "fork" if forks and device == "cpu" else "spawn"
     mp.start_processes(_worker, args=(str(tmp_path / "rendezvous"), str(tmp_path), device), nprocs=2, join=True,
                        start_method=method)

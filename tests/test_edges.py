@@ -720,6 +720,7 @@ def test_a_layer_over_a_sparse_adjacency_of_its_own_is_named():
     aggregates over it fused: no message is seen, so edge_mask has nothing of
     it; a warning says so (before: all zeros, without a word)."""
     from torch_geometric.nn import PANConv, global_add_pool
+    pytest.importorskip("torch_sparse")  # PANConv builds a torch_sparse.SparseTensor
 
     class Pan(torch.nn.Module):
         def __init__(self):
