@@ -103,6 +103,21 @@ def test_sparse_output_is_the_list_on_the_loaders_ids():
             torch.testing.assert_close(block.edge_relevance.to_dense()[row], edge)
 
 
+def test_sparse_output_needs_the_loaders_graph():
+    """The sparse matrices' columns are the loader's graph's nodes and edges,
+    read from ``loader.data``: mini-batches without it (a list of them) are
+    refused for that output. Before, each matrix was as wide as its own
+    mini-batch's largest id, so one call gave matrices of different widths,
+    none of them the graph's."""
+    torch.manual_seed(1)
+    model = GCN().double().eval()
+    loader = NeighborLoader(graph(1), num_neighbors=[4, 4], batch_size=5, input_nodes=torch.arange(12))
+    batches = list(loader)
+    with pytest.raises(ValueError, match="output='sparse'.*loader.data.*list has none"):
+        lrp.explain_loader(model, batches, output="sparse")
+    assert len(list(lrp.explain_loader(model, batches))) == len(batches)  # the list output needs no graph
+
+
 def test_sampled_neighbourhoods_explain_the_mini_batch_prediction():
     """With sampled neighbours the score is the model's logit on the
     mini-batch (not on the whole graph), and the pass conserves it."""

@@ -633,6 +633,29 @@ def test_an_in_place_write_into_a_map_end_continues_the_map(write, rule):
     torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
 
 
+@pytest.mark.parametrize("write", [w for w in WRITES if w not in ("unsqueeze_", "copy_")])
+@pytest.mark.parametrize("rule", [Epsilon(0.0), Gamma(0.25)], ids=["eps0", "gamma"])
+def test_a_number_written_in_place_into_an_activation_is_absorbed(write, rule):
+    """``h = leaky_relu(x @ A)`` is no map's end; a number written into it in
+    place (``h[m] = 0.5``, ``h.masked_fill_(m, 0.5)``) is a constant of the
+    next map, as the same write out of place is, and absorbs its share:
+    the input relevance and the absorbed relevance add up to the output.
+    Before, the in-place forms ran as autograd runs them: the relevance of
+    the written entries vanished unmeasured (absorbed 0, a residual of up to
+    the whole score)."""
+    in_place, out_of_place = WRITES[write]
+
+    def fn(x, write):
+        h = F.leaky_relu(x @ A, 0.0)  # saves its input: autograd allows the write into its output
+        written = write(h, h.detach() > 0.3)
+        if written is not None and written is not h:
+            h = written
+        return h @ W
+
+    out, relevance, absorbed = audited_alike(lambda x: fn(x, in_place), lambda x: fn(x, out_of_place), rule)
+    torch.testing.assert_close(relevance.sum() + absorbed, out.sum())
+
+
 class WritesBetweenLayers(torch.nn.Module):
     """``l1``, a write into its output in the model's own forward (whose rule
     differs from ``l1``'s), then ``l2``."""
@@ -1569,3 +1592,60 @@ def test_an_option_without_a_rule_is_named(module, refused):
             x = mode.watch(x0)
             out = layer(x, x, x)[0] if isinstance(layer, torch.nn.MultiheadAttention) else layer(x)[0]
             mode.backward(out, out.detach(), [x])
+
+
+@pytest.mark.parametrize("op", ["torch.mm", "torch.split", "tril", "triu", "diagonal"])
+def test_an_op_named_by_an_alias_or_on_an_activation_keeps_its_rule(op):
+    """``torch.mm`` (which torch names ``torch.spmm``), ``torch.split``
+    (``torch.functional.split``) and ``tril`` / ``triu`` / ``diagonal`` after
+    an activation: LRP-0 equals gradient x input, as for the method forms.
+    Before, the first two were refused as ops without a rule, the others as
+    ops the pass did not see run."""
+    def fn(x):
+        h = (x @ A).relu()
+        if op == "torch.mm":
+            return torch.mm(h, W)
+        if op == "torch.split":
+            return torch.cat(torch.split(h, 2, 1)[::-1], 1) @ W
+        h = h[:HID]  # square: an activation's output, then the copy, then a map
+        return (getattr(torch, op)(h) if op != "diagonal" else torch.diagonal(h).unsqueeze(0)) @ W
+
+    check(fn, fn)
+
+
+def test_a_data_swap_on_a_signal_is_refused():
+    """``h.data = v`` on a tensor that carries relevance changes what the
+    model computes behind autograd: refused by name. Before, the pass
+    computed the next map from its start, without the swap: the score of
+    another function, with no word."""
+    def fn(x):
+        h = (x @ A).relu() * 1.0
+        h.data = h.data * 3
+        return h @ W
+
+    with pytest.raises(UnsupportedOpError, match="'data.__set__'.*Write `t = value` instead"):
+        lrp0(fn)
+
+
+def test_a_detached_copy_made_to_require_gradients_is_told():
+    """``h.clone().detach().requires_grad_()`` (and ``h.data`` with
+    ``requires_grad = True``) makes a new leaf that the relevance reaching it
+    vanishes into: a warning says so. Before, the masks were 0 and the whole
+    score a residual, without a word (``h.detach()`` alone was told)."""
+    for name in ("requires_grad_", "requires_grad.__set__"):
+        def fn(x):
+            h = (x @ A).relu()
+            if name == "requires_grad_":
+                leaf = h.clone().detach().float().double().requires_grad_()
+            else:
+                leaf = h.data.clone()
+                leaf.requires_grad = True
+            return leaf @ W
+
+        with pytest.warns(RuntimeWarning, match=f"'{name}' in .* makes a detached copy of a signal"):
+            relevance = lrp0(fn)
+        assert float(relevance.abs().sum()) == 0
+    # a detached copy used as a constant is no such leaf: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        lrp0(lambda x: ((x @ A).relu() + (x @ A).relu().detach().clone()) @ W)

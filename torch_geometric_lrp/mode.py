@@ -196,8 +196,9 @@ def _op_name(func: Callable) -> str:
         return _names[func]
     except (KeyError, TypeError):
         pass
-    name = resolve_name(func) or getattr(func, "__name__", repr(func))
-    for prefix in ("torch.Tensor.", "torch.nn.functional.", "torch_scatter.", "torch."):
+    # torch.mm resolves to its deprecated alias torch.spmm: named as the op it is
+    name = "torch.mm" if func is torch.mm else resolve_name(func) or getattr(func, "__name__", repr(func))
+    for prefix in ("torch.Tensor.", "torch.nn.functional.", "torch.functional.", "torch_scatter.", "torch."):
         if name.startswith(prefix):
             name = name[len(prefix):]
             break
@@ -584,7 +585,7 @@ def _scatter(in_place: bool):
     return handler
 
 
-_NUMBER_WRITES = frozenset("masked_fill index_fill where scatter".split())
+_NUMBER_WRITES = frozenset("masked_fill index_fill where scatter masked_fill_ index_fill_ __setitem__".split())
 
 
 def _is_number(v) -> bool:
@@ -607,6 +608,8 @@ def _number_written(mode, name: str, args, kwargs):
     do not read the input, such as ``Flat``, even for 0). Written as
     ``where(mask, full_like(h, v), h)``, the constant is an operand of the
     map that absorbs its share, measured."""
+    if name in ("masked_fill_", "index_fill_", "__setitem__"):
+        return _number_written_in_place(mode, name, args, kwargs)
     if name == "where":
         if len(args) != 3 or kwargs:
             return NotImplemented
@@ -633,6 +636,39 @@ def _number_written(mode, name: str, args, kwargs):
         mask = flags.index_fill(bound["dim"], bound["index"], True) if name == "index_fill" else \
             flags.scatter(bound["dim"], bound["index"], True)
     return mode.call(torch.where, mask, _full(input, value), input)
+
+
+def _number_written_in_place(mode, name: str, args, kwargs):
+    """``h.masked_fill_(mask, v)``, ``h.index_fill_(dim, index, v)`` and
+    ``h[key] = v`` with a number ``v``, into a signal ``h`` that is no map's
+    end (an activation's output; a map's end is replayed as a write of the
+    map, :meth:`RelevanceMode._written_map_end`): the same write out of place
+    (``_number_written``, whose constant absorbs its share, measured), copied
+    into ``h`` (standing for ``h`` in the pass where it ends a map, as a
+    replayed write into a map's end does). Written in place as autograd runs
+    it, the relevance reaching the written entries would vanish unmeasured."""
+    h = args[0] if args else None
+    if not isinstance(h, Tensor) or not _carries(h) or (mode._maps and h in mode._maps) or kwargs:
+        return NotImplemented
+    if name == "__setitem__" and (len(args) != 3 or not _is_number(args[2])):
+        return NotImplemented
+    if name != "__setitem__" and not _is_number(args[-1]):
+        return NotImplemented
+    before = h.clone()  # what the out-of-place write reads (and may save): h is written next
+    if name == "__setitem__":
+        mask = torch.zeros(h.shape, dtype=torch.bool, device=h.device)
+        mask[args[1]] = True
+        written = _number_written(mode, "masked_fill", (before, mask, args[2]), {})
+    else:
+        written = _number_written(mode, name[:-1], (before, *args[1:]), {})
+    if written is NotImplemented:
+        return NotImplemented
+    if written in mode._maps:  # a map's end: it stands for h from now on, and the next linear op continues it
+        origin = mode._stands_for(h, written, lambda t: t.copy_(written.detach()))
+    else:
+        with torch.enable_grad():
+            origin = h.copy_(written)
+    return None if name == "__setitem__" else origin
 
 
 def _full(like: Tensor, value) -> Tensor:
@@ -806,17 +842,16 @@ HANDLERS: dict[str, Callable] = {
     "amax": _amax_amin("max"), "amin": _amax_amin("min"),
     "maximum": _elementwise_max_min("max"), "minimum": _elementwise_max_min("min"),
     "fmax": _elementwise_max_min("max"), "fmin": _elementwise_max_min("min"),
-    "norm": _homogeneous(torch.norm, 1), "functional.norm": _homogeneous(torch.norm, 1),
+    "norm": _homogeneous(torch.norm, 1),
     "linalg.vector_norm": _homogeneous(torch.linalg.vector_norm, 1),
     "linalg.norm": _homogeneous(torch.linalg.norm, 1),
     "std": _homogeneous(torch.std, 1), "var": _homogeneous(torch.var, 2),
     "scatter": _scatter(False), "scatter_": _scatter(True),
     "cosine_similarity": _cosine_similarity, "pairwise_distance": _pairwise_distance, "cdist": _cdist,
-    "functional.cdist": _cdist,
     "addcmul": _addcmul, "lerp": _lerp, "glu": _glu,
     **{name: _piecewise_constant(getattr(torch, name)) for name in "sign sgn floor ceil round trunc heaviside".split()},
     "batch_norm": _batch_norm, "layer_norm": _layer_norm, "rms_norm": _rms_norm, "pow": _pow, "__pow__": _pow, "square": _pow,
-    "addmm": _addmm, "baddbmm": _addmm, "addmv": _addmm, "einsum": _einsum, "functional.einsum": _einsum,
+    "addmm": _addmm, "baddbmm": _addmm, "addmv": _addmm, "einsum": _einsum,
     "normalize": _normalize,
     "std_mean": _statistic_and_mean(torch.std), "var_mean": _statistic_and_mean(torch.var),
     **{name: _pass(fn) for name, fn in _PASS.items()},
@@ -839,7 +874,7 @@ _MUL_OPS = """mul __mul__ __rmul__ __imul__ mul_ multiply div __truediv__ __itru
 matmul __matmul__ mm bmm mv sparse.mm _sparse_mm""".split()
 _WEIGHT_PRODUCTS = frozenset("matmul __matmul__ mm mv".split())
 # Linear ops that mix features with a weight matrix: their output is a signal, also of gates.
-_MIXING = _WEIGHT_PRODUCTS | frozenset("linear bmm einsum functional.einsum sparse.mm _sparse_mm".split())
+_MIXING = _WEIGHT_PRODUCTS | frozenset("linear bmm einsum sparse.mm _sparse_mm".split())
 MAP_COPIES = frozenset("""
 __getitem__ index_select gather take take_along_dim masked_select
 view view_as reshape reshape_as expand expand_as broadcast_to repeat repeat_interleave tile
@@ -852,7 +887,6 @@ index_put gather_csr tril triu diagonal scatter masked_scatter
 LINEAR_OPS: dict[str, str] = {
     **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
     "linear": "linear", "batch_norm": "batch_norm", "instance_norm": "instance_norm", "einsum": "mul",
-    "functional.einsum": "mul",
     **{name: "copy" for name in MAP_COPIES},
 }
 # In-place ops run out of place (the caller uses the returned tensor).
@@ -916,6 +950,7 @@ new_zeros new_ones new_full new_empty zeros_like ones_like empty_like full_like"
 # those that read autograd state, which parameters must answer as constants.
 _AUTOGRAD_METADATA = frozenset({"requires_grad.__get__", "is_leaf.__get__", "grad_fn.__get__"})
 _METADATA_FUNCS: set = set()
+_CUTS = frozenset({"detach", "data.__get__"})  # ops that cut a signal from its relevance
 # selections of an edge list's columns that RelevanceMode.track_columns follows
 _COLUMN_SELECTIONS = frozenset({Tensor.__getitem__, Tensor.index_select, torch.index_select,
                                 torch._C._VariableFunctions.index_select,  # (PyG wraps torch.index_select)
@@ -1240,6 +1275,10 @@ class RelevanceMode(TorchFunctionMode):
         # whose tensor the forward used again afterwards: it then computes something else
         self._stale = _ByIdentity()
         self._any_stale = False
+        # copies of a signal cut from its relevance in the forward (detach, .data) and copies of
+        # those: one made to require gradients again is a leaf that relevance vanishes into
+        self._cut = _ByIdentity()
+        self._any_cut = False
         self.stale_used: list = []
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
         # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> ("gate" or "tanh", when the gate was made)
@@ -1764,7 +1803,7 @@ class RelevanceMode(TorchFunctionMode):
         ``torch.no_grad()`` and ``torch.inference_mode()``."""
         if not isinstance(t, Tensor) or not t.is_floating_point():
             return t
-        with torch.inference_mode(False), torch.enable_grad():
+        with torch.inference_mode(False), torch.enable_grad(), self.unrouted():  # the pass's own copy
             watched = t.detach().clone().requires_grad_()
         if not self._track_nonfinite and not bool(torch.isfinite(t).all()):
             self._track_nonfinite = True
@@ -2021,6 +2060,8 @@ class RelevanceMode(TorchFunctionMode):
         if self._any_stale:  # a plain flag: only after an in-place op ran out of place
             self._note_stale(args, kwargs or {})
         out = self._route(func, args, kwargs or {})
+        if self._any_cut and args and isinstance(args[0], Tensor) and args[0] in self._cut:
+            self._from_cut(func, args, kwargs or {}, out)
         if self._columns is not None and func in _COLUMN_SELECTIONS:
             self._follow_columns(func, args, kwargs or {}, out)
         if args and isinstance(out, Tensor) and out is not args[0] and isinstance(args[0], Tensor) and \
@@ -2036,6 +2077,19 @@ class RelevanceMode(TorchFunctionMode):
                 self.first_nonfinite is None and _carries(out) and not bool(torch.isfinite(out).all()):
             self.first_nonfinite = f"'{_op_name(func)}' in {self.where()}"
         return out
+
+    def _data_set(self, t: Tensor, value: Any) -> None:
+        """``t.data = value`` in the forward. On a tensor that carries
+        relevance it is refused: it swaps the values behind autograd's back,
+        and the pass computes a map's end from its start, so the output would
+        be computed without the swap (a score the model does not give)."""
+        if not _carries(t):
+            return Tensor.data.__set__(t, value)
+        raise UnsupportedOpError(
+            f"LRP: 'data.__set__' in {self.where()}: `t.data = value` on a tensor that carries relevance changes "
+            "what the model computes behind autograd's back, which a relevance pass cannot follow. Write "
+            "`t = value` instead (a value computed from `t.detach()` or `t.data` is then a constant of the "
+            "explanation, its share of the score absorbed).")
 
     def track_columns(self, edges: Optional[dict]) -> None:
         """From here on, follow which columns of the edge lists ``edges``
@@ -2128,6 +2182,8 @@ class RelevanceMode(TorchFunctionMode):
                           "run during the relevance pass: its backward carries relevance, not gradients.",
                           RuntimeWarning, stacklevel=2)
             return RemovableHandle(_NO_HOOKS)
+        if name == "data.__set__":
+            return self._data_set(*args)
         if not torch.is_grad_enabled() and not _in_function_forward():
             if args and isinstance(args[0], Tensor) and self._maps and args[0] in self._maps and \
                     (name in _OUT_OF_PLACE or _writes_in_place(func)):
@@ -2198,7 +2254,28 @@ class RelevanceMode(TorchFunctionMode):
         out = func(*args, **kwargs)
         if name not in COPIES and _carries(out):
             self._report(name, out)
+        if name in _CUTS and isinstance(out, Tensor) and not out.requires_grad:
+            self._cut[out] = True
+            self._any_cut = True
         return out
+
+    def _from_cut(self, func, args, kwargs, out) -> None:
+        """``func`` ran on a copy of a signal cut from its relevance
+        (``h.detach()``, ``h.data`` and copies of those; a constant of the
+        pass). Its copies are such copies too; one the forward makes require
+        gradients again is a new leaf of autograd, neither an input nor a
+        constant the accounting measures: the relevance that reaches it
+        vanishes unseen, so that is told here."""
+        name = _op_name(func)
+        if name in ("requires_grad_", "requires_grad.__set__") and args[0].requires_grad:
+            warnings.warn(
+                f"LRP: '{name}' in {self.where()} makes a detached copy of a signal (t.detach(), t.data) require "
+                "gradients: it is a new leaf of autograd, and the relevance that reaches it reaches no input and "
+                "is not accounted for (the explanation's residual holds it). Leave it detached (a constant of "
+                "the explanation, whose share is absorbed), or use the tensor itself to explain through it.",
+                RuntimeWarning, stacklevel=4)
+        elif name in COPIES and isinstance(out, Tensor) and not out.requires_grad:
+            self._cut[out] = True
 
     def _written_map_end(self, func, args, kwargs):
         r"""``func`` writes in place (``h[mask] = 0``, ``h.masked_fill_(...)``,
@@ -2418,7 +2495,7 @@ _COPY_NODES = frozenset([f"torch::autograd::{name}" for name in ("AccumulateGrad
     Permute Squeeze Unsqueeze Clone Select Slice Index IndexSelect Gather Take MaskedSelect Split SplitWithSizes
     Unbind ToCopy MaskedFill IndexFill Flip Roll ConstantPadNd ReflectionPad1D ReflectionPad2D ReflectionPad3D
     ReplicationPad1D ReplicationPad2D ReplicationPad3D Where Sort Topk IndexPut IndexCopy Values Scatter MaskedScatter
-    SparseCooTensorWithDimsAndTensors""".split()])
+    SparseCooTensorWithDimsAndTensors Tril Triu Diagonal""".split()])
 
 
 class _SignedOp:

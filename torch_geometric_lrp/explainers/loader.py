@@ -78,6 +78,11 @@ def explain_loader(
                             f"process, no progress bar per mini-batch); leave it out.")
     if output not in OUTPUTS:
         raise ValueError(f"output: must be one of {list(OUTPUTS)}, got {output!r}.")
+    if output == "sparse" and not isinstance(getattr(loader, "data", None), Data):
+        # without the graph, each matrix could only be as wide as its own mini-batch's largest id
+        raise ValueError(f"output='sparse': the matrices' columns are the nodes and edges of the loader's graph, "
+                         f"read from loader.data (a NeighborLoader over a Data has it); "
+                         f"{type(loader).__name__} has none. Pass the NeighborLoader itself, or output='list'.")
     # checked here, at the call; the mini-batches are explained as they are drawn
     return _stream(model, loader, [inputs] if isinstance(inputs, str) else list(inputs), target, output, options)
 
@@ -151,8 +156,7 @@ def _once(ids: Tensor, what: str, name: str, keys: Optional[Tensor] = None) -> T
 
 def _to_graph(block: NodeRelevance, batch: Data, graph) -> NodeRelevance:
     """``block``'s rows and columns as ids of the loader's graph."""
-    n = graph.num_nodes if isinstance(graph, Data) else int(batch.n_id.max()) + 1
-    e = graph.num_edges if isinstance(graph, Data) else int(batch.e_id.max()) + 1
+    n, e = graph.num_nodes, graph.num_edges  # (explain_loader checked that there is one)
 
     def mapped(matrix: Optional[Tensor], ids: Tensor, size: int) -> Optional[Tensor]:
         if matrix is None:
