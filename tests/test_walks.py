@@ -801,3 +801,128 @@ def test_best_first_search_in_float32_keeps_the_order_of_magnitudes():
     assert searched
     magnitudes = w.relevance.abs()
     assert bool((magnitudes[:-1] >= magnitudes[1:]).all())
+
+
+class _LeakCovered(torch.nn.Module):
+    """Three GCN layers without self-loops, the first one's output mixed with
+    its sum over all nodes: relevance moves between nodes outside the messages."""
+
+    def __init__(self):
+        super().__init__()
+        make = lambda i, o: GCNConv(i, o, add_self_loops=False, normalize=False, bias=False)
+        self.c1, self.c2, self.c3 = make(3, 4), make(4, 4), make(4, 2)
+
+    def forward(self, x, edge_index):
+        h = self.c1(x, edge_index).relu()
+        h = h + h.sum(0, keepdim=True)
+        return self.c3(self.c2(h, edge_index).relu(), edge_index)
+
+
+def test_a_leak_that_the_packed_neighbourhoods_cover_is_enumerated_exactly_and_refused():
+    """The suffixes packed in one seed have neighbourhoods that cover every
+    node the sum over the nodes reaches: the stray relevance landed on rows
+    of other suffixes and was credited to them, along real edges, so nothing
+    refused it (before: lrp.walks returned wrong walks). The packed step
+    must give the blocks' walks (exact, some along non-edges), and lrp.walks
+    refuses them, naming a pair."""
+    from torch_geometric_lrp import higher_order as H
+    torch.manual_seed(0)
+    x = torch.rand(5, 3, dtype=torch.float64) + 0.1
+    ei = torch.tensor([[0, 4, 2, 1, 3], [1, 1, 3, 4, 4]])
+    model = _LeakCovered().double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.abs_()  # every unit alive
+
+    def both(steps, info):
+        start = info["start"]
+        neighbours = [H._neighbours(pairs, steps.n) for pairs in info["messages"]]
+        return H._enumerate_suffixes(steps, start, neighbours), H._enumerate(steps, H._structure(steps, start), start)
+
+    (p1, v1), (p2, v2) = H._run(model, x, ei, 4, None, Epsilon(0), None, {}, both)
+    one = {tuple(p): float(v) for p, v in zip(p1.tolist(), v1) if v != 0}
+    two = {tuple(p): float(v) for p, v in zip(p2.tolist(), v2) if v != 0}
+    assert one.keys() == two.keys()
+    assert all(one[k] == pytest.approx(two[k], rel=1e-9, abs=1e-14) for k in one)
+    with pytest.raises(ValueError, match=r"passed no message .* does not\s+split into walks along edges"):
+        lrp.walks(model, x, ei, 4, rules=Epsilon(0))
+
+
+@pytest.mark.parametrize("kind", ["GCN", "GAT", "GIN"])
+def test_a_packed_step_of_layers_inside_their_messages_is_not_rerun(kind, monkeypatch):
+    """The check that a packed step kept each suffix's relevance in its own
+    neighbourhood costs one seed more per step, not a rerun one suffix per
+    seed, for layers that pass relevance only along their messages."""
+    from torch_geometric_lrp import higher_order as H
+    x, ei = graph(12, 0.25, seed=16)
+    model = model_of(kind, seed=16, channels=(3, 4, 4, 3))
+    calls = []  # per step: (rerun one suffix per seed, suffixes shared seeds)
+    step = H._step_suffixes
+    monkeypatch.setattr(H, "_step_suffixes",
+                        lambda *a: (calls.append((a[-1] is None, len(a[4]) < len(a[2]))), step(*a))[1])
+    w = lrp.walks(model, x, ei, 3, rules=Gamma(0.25))
+    assert calls and not any(rerun for rerun, _ in calls)
+    assert any(shared for _, shared in calls)  # so the check ran
+    assert float(w.relevance.sum()) == pytest.approx(w.relevance_total, rel=1e-9)
+
+
+def test_edge_mask_books_a_step_along_a_reversed_edge_on_that_edge():
+    """A model that makes its edges undirected inside forward steps along
+    pairs whose reverse only is in edge_index. Such a step lands on the
+    reverse edge (visualize_walks draws it along that edge), so edge_mask
+    and self_loop_relevance still sum to L times the walks' relevance
+    (before: those steps were dropped). Slow twin: one step at a time."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 3, dtype=torch.float64)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])  # a directed path
+    w = lrp.walks(Undirected().double().eval(), x, ei, 2)
+    forward = {(a, b): k for k, (a, b) in enumerate(ei.t().tolist())}
+    assert any((a, b) not in forward and a != b for walk in w.walks.tolist() for a, b in itertools.pairwise(walk))
+    edge, loops = torch.zeros(4, dtype=torch.float64), torch.zeros(5, dtype=torch.float64)
+    for walk, value in zip(w.walks.tolist(), w.relevance.tolist()):
+        for a, b in itertools.pairwise(walk):
+            if a == b:
+                loops[a] += value
+            else:
+                edge[forward[(a, b)] if (a, b) in forward else forward[(b, a)]] += value
+    got_edge, got_loops = w.edge_mask()
+    torch.testing.assert_close(got_edge, edge, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(got_loops, loops, rtol=1e-12, atol=1e-15)
+    L = w.walks.shape[1] - 1
+    assert float(got_edge.sum() + got_loops.sum()) == pytest.approx(L * float(w.relevance.sum()), rel=1e-9)
+
+
+def test_edge_mask_warns_of_steps_along_no_edge_with_their_relevance():
+    """Steps along pairs that are no edge of edge_index in either direction
+    have no entry in edge_mask: a warning says how much relevance that is
+    (before: dropped silently)."""
+    w = lrp.Walks(walks=torch.tensor([[0, 1, 2], [2, 2, 2]]), relevance=torch.tensor([0.75, 0.25], dtype=torch.float64),
+                  score=1.0, relevance_total=1.0, num_walks=2, index=2, target=torch.tensor(0), num_nodes=3,
+                  edge_index=torch.tensor([[1], [2]]))
+    with pytest.warns(UserWarning, match=r"edge_mask: walk steps along 1 node pair .*0 -> 1.* 0\.75 "):
+        edge, loops = w.edge_mask()
+    assert edge.tolist() == [0.75] and loops.tolist() == [0.0, 0.0, 0.5]
+
+
+def test_an_empty_batch_of_node_sets_gives_an_empty_result():
+    """A boolean [0, N] batch holds no sets: no values (before: a bare
+    IndexError from inside the pass)."""
+    x, ei = graph(7, 0.35, seed=13)
+    model = model_of("GCN", seed=13, channels=(3, 4, 4, 3))
+    found = lrp.subgraph_relevance(model, x, ei, torch.zeros(0, 7, dtype=torch.bool), 2)
+    assert isinstance(found, torch.Tensor) and found.shape == (0,) and found.dtype == torch.float64
+    assert lrp.subgraph_relevance(model, x, ei, torch.zeros(0, 7, dtype=torch.bool), 2, alpha=0.5).shape == (0,)
+
+
+def test_a_uint8_node_set_is_refused_by_name():
+    """torch indexes with a uint8 tensor as a mask, the library elsewhere
+    reads integers as ids: a 0/1 uint8 mask was taken for the node ids {0, 1}."""
+    x, ei = graph(7, 0.35, seed=13)
+    model = model_of("GCN", seed=13, channels=(3, 4, 4, 3))
+    mask = torch.tensor([0, 1, 1, 0, 0, 0, 0], dtype=torch.uint8)
+    with pytest.raises(TypeError, match=r"nodes: a uint8 tensor .* nodes\.bool\(\) .* nodes\.long\(\)"):
+        lrp.subgraph_relevance(model, x, ei, mask, 2)
+    with pytest.raises(TypeError, match=r"nodes\[1\]: a uint8"):
+        lrp.subgraph_relevance(model, x, ei, [[0, 1], mask], 2)
+    with pytest.raises(TypeError, match=r"nodes: a uint8"):
+        lrp.subgraph_relevance(model, x, ei, mask[None].expand(2, -1), 2)

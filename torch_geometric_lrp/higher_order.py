@@ -51,6 +51,7 @@ import heapq
 import itertools
 import numbers
 import threading
+import warnings
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
@@ -139,30 +140,54 @@ class Walks:
         r"""``([E], [N])``: per input edge, the relevance of the walk steps
         along it (summed over steps and walks; a step along parallel edges is
         split evenly), and per node the relevance of self steps that no
-        self-loop edge carries. ``absolute=True`` sums :math:`|R_w|`."""
+        self-loop edge carries. ``absolute=True`` sums :math:`|R_w|`.
+
+        A step ``a -> b`` where ``edge_index`` holds only ``b -> a`` (a model
+        that makes its edges undirected inside) lands on ``b -> a``, the edge
+        :func:`~torch_geometric_lrp.visualize.visualize_walks` draws it along.
+        Then both sum to ``L`` times the walks' relevance. Steps along pairs
+        that are no edge in either direction have no entry: a warning says
+        how much relevance they carry."""
         n, e = self.num_nodes, self.edge_index.shape[1]
         dtype, device = self.relevance.dtype, self.relevance.device
         edge, loops = torch.zeros(e, dtype=dtype, device=device), torch.zeros(n, dtype=dtype, device=device)
         if not len(self) or self.walks.shape[1] < 2:
             return edge, loops
-        src, dst = self.walks[:, :-1].reshape(-1), self.walks[:, 1:].reshape(-1)
-        if self.flow == "target_to_source":
-            src, dst = dst, src
+        walk_src, walk_dst = self.walks[:, :-1].reshape(-1).long(), self.walks[:, 1:].reshape(-1).long()
+        src, dst = (walk_dst, walk_src) if self.flow == "target_to_source" else (walk_src, walk_dst)
         value = self._values(absolute)[:, None].expand(-1, self.walks.shape[1] - 1).reshape(-1)
         edges = self.edge_index.long()  # keys up to n**2: an int32 edge_index would overflow
-        step_key, edge_key = src.long() * n + dst.long(), edges[0] * n + edges[1]
-        keys, inverse = torch.unique(edge_key, return_inverse=True)
+        keys, inverse = torch.unique(edges[0] * n + edges[1], return_inverse=True)
         per_key = torch.zeros(keys.numel(), dtype=dtype, device=device)
-        if keys.numel():
+
+        def book(step_key: Tensor, among: Tensor) -> Tensor:
+            """Adds the steps ``among`` whose key is an edge's; returns which."""
+            if not keys.numel():
+                return torch.zeros_like(among)
             position = torch.searchsorted(keys, step_key).clamp(max=keys.numel() - 1)
-            found = keys[position] == step_key
+            found = among & (keys[position] == step_key)
             per_key.index_add_(0, position[found], value[found])
-        else:
-            found = torch.zeros_like(step_key, dtype=torch.bool)
+            return found
+
+        every = torch.ones_like(src, dtype=torch.bool)
+        along = book(src * n + dst, every)
+        against = book(dst * n + src, ~along & (src != dst))  # only the reverse edge is given
         multiplicity = torch.bincount(inverse, minlength=keys.numel()).to(dtype)
         edge = (per_key / multiplicity.clamp(min=1))[inverse]
-        self_steps = ~found & (src == dst)
+        self_steps = ~along & (src == dst)
         loops.index_add_(0, src[self_steps], value[self_steps])
+        missing = ~along & ~against & (src != dst)
+        if bool(missing.any()):
+            pairs = torch.unique(walk_src[missing] * n + walk_dst[missing])
+            first = int(missing.nonzero()[0])
+            count = pairs.numel()
+            warnings.warn(
+                f"edge_mask: walk steps along {count} node pair{'s' if count > 1 else ''} that "
+                f"{'are' if count > 1 else 'is'} no edge of edge_index in either direction (first "
+                f"{int(walk_src[first])} -> {int(walk_dst[first])}) carry relevance "
+                f"{value[missing].sum().item():.6g} of the steps' {value.sum().item():.6g} (L times the walks'); "
+                f"edge_mask leaves it out. The model passed messages along edges it made itself, or edge_index "
+                f"is not the graph the walks were computed on.", stacklevel=2)
         return edge, loops
 
     def to_explanation(self, x: Optional[Tensor] = None, absolute: bool = False) -> Explanation:
@@ -518,14 +543,17 @@ def _enumerate_suffixes(steps: _Steps, start: Tensor, neighbours: list[list[list
     down one step at a time: suffixes whose rows have disjoint neighbourhoods
     at that step (``neighbours[m - 1]``, from the messages its layer passed)
     share a seed of a batched backward (:func:`_pack`). A step that reaches
-    rows outside them (a layer with connections other than its messages and
-    root term) is run again one suffix per seed."""
+    rows outside them, or carries a suffix's relevance to rows of another
+    suffix of its seed (a layer with connections other than its messages and
+    root term, a sum over the nodes fed back), is run again one suffix per
+    seed, which is exact; :func:`_check_steps` then refuses the steps along
+    no message."""
     rows = (start[0].abs().amax(dim=-1) > 0).nonzero().view(-1)
     vectors, paths = start[0, rows], rows[:, None]  # each suffix: its state, held on its first row
     for m in range(steps.depth, 0, -1):
         first = paths[:, 0].tolist()
         found = _step_suffixes(steps, m, first, vectors, _pack(first, neighbours[m - 1]), neighbours[m - 1])
-        if found is None:  # the step left the neighbourhoods: one suffix per seed
+        if found is None:  # the step left the neighbourhoods or mixed suffixes up: one suffix per seed
             found = _step_suffixes(steps, m, first, vectors, [[k] for k in range(len(first))], None)
         found_paths = [torch.cat([j[:, None], paths[k]], dim=1) for j, k, _ in found]
         found_vectors = [v for _, _, v in found]
@@ -537,29 +565,54 @@ def _enumerate_suffixes(steps: _Steps, start: Tensor, neighbours: list[list[list
 
 def _step_suffixes(steps: _Steps, m: int, first: list[int], vectors: Tensor, groups: list[list[int]],
                    neighbours: Optional[list[list[int]]]):
-    """Step ``m`` of the suffixes, ``groups`` of them per seed: per chunk of
+    r"""Step ``m`` of the suffixes, ``groups`` of them per seed: per chunk of
     seeds, the rows reached, the suffix each came from, and its state there.
-    ``None`` where a group's relevance left its neighbourhoods."""
+    ``None`` where a group's relevance left its neighbourhoods.
+
+    Packed (``neighbours`` given), one seed more checks that no suffix's
+    relevance landed on a row of another suffix of its group (a leak the
+    neighbourhoods cover, which would be credited to that suffix): the
+    suffixes weighted by fixed random :math:`c_k` in one seed give
+    :math:`\sum_k c_k\, s_k` below, which must equal
+    :math:`\sum_k c_k\, \hat s_k`, :math:`\hat s_k` what the packed
+    seeds credited to suffix ``k``. ``None`` also where it does not."""
     n = steps.n
+    check = neighbours is not None and len(groups) < len(first)  # one suffix per seed: nothing to mix up
     owner = torch.full((len(groups), n), -1, dtype=torch.long, device=vectors.device)
     for g, group in enumerate(groups):
         if neighbours is None:  # one suffix per seed: every row is its own
             owner[g] = group[0]
         for k in group if neighbours is not None else ():
             owner[g, neighbours[first[k]]] = k
+    if check:
+        weights = (torch.rand(len(first), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+                   + 0.5).to(dtype=vectors.dtype, device=vectors.device)
+        rows = torch.tensor(first, dtype=torch.long, device=vectors.device)
+    seeds = len(groups) + check  # the checking seed last
     chunk = max(1, _BUDGET // max(1, n * max(steps.width(m), steps.width(m - 1))))
-    found = []
-    for s in range(0, len(groups), chunk):
+    found, mixed = [], None
+    for s in range(0, seeds, chunk):
         part = groups[s:s + chunk]
-        states = vectors.new_zeros(len(part), n, vectors.shape[1])
+        states = vectors.new_zeros(min(chunk, seeds - s), n, vectors.shape[1])
         for g, group in enumerate(part):
             states[g, [first[k] for k in group]] = vectors[group]
+        if states.shape[0] > len(part):
+            states[-1].index_add_(0, rows, weights[:, None] * vectors)
         below = steps.step(m, states)
+        if states.shape[0] > len(part):
+            mixed, below = below[-1], below[:-1]
         g, j = (below.abs().amax(dim=-1) > 0).nonzero(as_tuple=True)
         k = owner[s + g, j]
         if bool((k < 0).any()):
             return None
         found.append((j, k, below[g, j]))
+    if check:
+        credited = torch.cat([weights[k, None] * v for _, k, v in found])
+        expected = mixed.new_zeros(mixed.shape).index_add_(0, torch.cat([j for j, _, _ in found]), credited)
+        scale = max(credited.abs().max().item() if credited.numel() else 0.0, mixed.abs().max().item())
+        tolerance = (1e-9 if mixed.dtype == torch.float64 else 1e-4) * max(scale, 1e-30)
+        if not bool(((mixed - expected).abs() <= tolerance).all()):
+            return None
     return found
 
 
@@ -809,6 +862,9 @@ def _node_sets(nodes, n: int, device) -> tuple[Tensor, bool]:
                             f"got {type(value).__name__} {value!r}.") from None
         if value.dim() == 1 and not value.numel():
             value = value.long()  # no nodes (an empty list is made float): the empty set
+        if value.dtype == torch.uint8:  # torch indexes with it as a mask, the library reads integers as ids
+            raise TypeError(f"{name}: a uint8 tensor is a mask to torch's indexing and node ids elsewhere; pass "
+                            f"{name}.bool() for a mask or {name}.long() for node ids.")
         if value.dtype == torch.bool:
             if value.shape != (n,):
                 raise ValueError(f"{name}: a boolean mask needs one entry per node ({n}), got shape "
@@ -866,7 +922,9 @@ def subgraph_relevance(
     Parameters
     ----------
     nodes : LongTensor, BoolTensor ``[N]``, a list of those, or BoolTensor ``[B, N]``
-        One node set, or a batch of them (explained together, in one pass).
+        One node set, or a batch of them (explained together, in one pass;
+        ``B = 0`` gives an empty tensor). A uint8 tensor is refused (torch
+        reads it as a mask, the library reads integers as ids).
     index, target, rules, mode, **kwargs
         As for :func:`walks`.
     alpha : float
@@ -898,6 +956,8 @@ def subgraph_relevance(
             weights = torch.cat([inside + outside, outside])
         else:
             weights = inside
+        if not weights.shape[0]:  # a batch of no sets: no values
+            return torch.zeros(0, dtype=torch.float64, device=start.device)
         relevance, _ = _chain(steps, start.expand(weights.shape[0], -1, -1), weights)
         values = relevance.sum(dim=(1, 2), dtype=torch.float64).detach()
         if alpha:
