@@ -192,6 +192,9 @@ def test_reversed_edge_copies_are_refused():
                             subgraph_type="bidirectional")
     with pytest.raises(ValueError, match=r"e_id names edge .*subgraph_type='directional'"):
         next(iter(lrp.explain_loader(model, loader)))
+    # its mini-batches without the loader (no graph to check the ids against): still named
+    with pytest.raises(ValueError, match=r"more than once.*subgraph_type='bidirectional'"):
+        next(iter(lrp.explain_loader(model, list(loader))))
 
 
 def test_induced_mini_batches_give_the_full_graph_explanation():

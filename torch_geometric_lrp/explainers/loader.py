@@ -150,7 +150,9 @@ def _once(ids: Tensor, what: str, name: str, keys: Optional[Tensor] = None) -> T
                          f"listed twice in input_nodes does this (give each seed once: "
                          f"input_nodes=input_nodes.unique()), and so does sampling with replacement, which can "
                          f"list one edge twice (NeighborLoader(replace=True): sample without it, or take all "
-                         f"neighbours with num_neighbors=[-1] * num_layers).")
+                         f"neighbours with num_neighbors=[-1] * num_layers). For edges, so does "
+                         f"subgraph_type='bidirectional', whose reversed copies carry the e_id of the edge they "
+                         f"reverse (sample with 'directional', the default, or 'induced').")
     return ids
 
 
