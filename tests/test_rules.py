@@ -4,9 +4,13 @@ The references transcribe the textbook formulas with an explicit
 ``[N, in, out]`` tensor of contributions ``z_ij = x_i w_ji``; the rules under
 test never build it.
 """
+import warnings
+
 import pytest
 import torch
+import torch_geometric.nn as pyg_nn
 
+import torch_geometric_lrp as lrp
 from torch_geometric_lrp import functional as L
 from torch_geometric_lrp import rules
 
@@ -264,3 +268,50 @@ def test_sum_and_mean_over_no_dims_reduce_everything_as_torch_does(op):
     assert out.shape == expected.shape and torch.equal(out.detach(), expected)
     out.backward(torch.tensor(2.0))
     torch.testing.assert_close(x.grad, 2.0 * x.detach() / x.detach().sum())
+
+
+def _zbox_warnings(model, x, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with lrp.relevance_pass(model, rules=lrp.rules.ZBox(0.0, 1.0)) as mode:
+            watched = mode.watch(x)
+            out = model(watched, *args)
+            (relevance,) = mode.backward(out, out.detach(), [watched])
+    return relevance, [str(w.message) for w in caught if "ZBox" in str(w.message)]
+
+
+def test_zbox_tells_a_map_whose_paths_it_cannot_bound():
+    """``ZBox`` chooses each input's bound by the sign of one weight. On
+    ``Linear(-1, -1) -> Linear(-1)`` (the map x1 + x2) that gives the high
+    bound to paths of positive coefficient: relevance [0.3, 0.45] for x =
+    [0.5, 0.25], where ``ZBox`` on the merged ``Linear(1, 1)`` gives [0.5,
+    0.25] (by hand: (x - l) w / z times z). A warning says so; one weight per
+    path (a ReLU between the two) gets none, nor does the merged layer."""
+    chain = torch.nn.Sequential(torch.nn.Linear(2, 1, bias=False), torch.nn.Linear(1, 1, bias=False)).double()
+    merged = torch.nn.Linear(2, 1, bias=False).double()
+    with torch.no_grad():
+        chain[0].weight.fill_(-1.0)
+        chain[1].weight.fill_(-1.0)
+        merged.weight.fill_(1.0)
+    x = torch.tensor([[0.5, 0.25]], dtype=torch.float64)
+    relevance, told = _zbox_warnings(merged, x)
+    torch.testing.assert_close(relevance, torch.tensor([[0.5, 0.25]], dtype=torch.float64), rtol=1e-5, atol=0)
+    assert not told
+    relevance, told = _zbox_warnings(chain, x)
+    assert len(told) == 1 and "meets a second weight on a path" in told[0]
+    assert not torch.allclose(relevance, torch.tensor([[0.5, 0.25]], dtype=torch.float64), rtol=1e-3)
+    with_relu = torch.nn.Sequential(chain[0], torch.nn.ReLU(), chain[1])
+    assert not _zbox_warnings(with_relu, x)[1]
+
+
+def test_zbox_tells_a_negative_gate():
+    """``ChebConv``'s scaled Laplacian has negative entries: a gate that flips
+    paths' signs after ``ZBox`` chose their bounds (told); GCN's
+    normalisation is positive (not told)."""
+    torch.manual_seed(0)
+    x = torch.rand(8, 4, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 0]])
+    edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    cheb = pyg_nn.ChebConv(4, 3, K=3).double().eval()
+    assert "meets a negative gate" in _zbox_warnings(cheb, x, edge_index)[1][0]
+    assert not _zbox_warnings(pyg_nn.GCNConv(4, 3).double().eval(), x, edge_index)[1]

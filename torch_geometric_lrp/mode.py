@@ -72,7 +72,7 @@ from . import functional as R
 from .attention import ATTENTION_HANDLERS
 from .recurrent import RECURRENT_HANDLERS
 from . import maps
-from .rules import Epsilon, Pass, Rule, _negative, _positive, _zero, check_rule, nonfinite_guard, times
+from .rules import Epsilon, Pass, Rule, ZBox, _negative, _positive, _zero, check_rule, nonfinite_guard, times
 
 __all__ = ["RelevanceMode", "UnsupportedOpError", "relevance_pass", "is_active", "current_mode"]
 
@@ -1279,6 +1279,8 @@ class RelevanceMode(TorchFunctionMode):
         # those: one made to require gradients again is a leaf that relevance vanishes into
         self._cut = _ByIdentity()
         self._any_cut = False
+        self._weighted = _ByIdentity()  # ends of ZBox maps that went through a weight (see _check_zbox)
+        self._zbox_told = False
         self.stale_used: list = []
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
         # grad_fn of gates (sigmoid, softmax, tanh, ... outputs) -> ("gate" or "tanh", when the gate was made)
@@ -1500,6 +1502,7 @@ class RelevanceMode(TorchFunctionMode):
         stream sees them), registered as a map end."""
         if rule.signed:
             return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands])
+        weighted = self._check_zbox(operands) if isinstance(rule, ZBox) else False
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
@@ -1511,7 +1514,32 @@ class RelevanceMode(TorchFunctionMode):
         else:  # every operand a constant: no graph is built
             a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
             value = fn(*a, **kw)
-        return self._register(value, rule, outputs)
+        out = self._register(value, rule, outputs)
+        if weighted:
+            self._weighted[out] = True
+        return out
+
+    def _check_zbox(self, operands: list) -> bool:
+        r"""``ZBox`` gives each input its bound by the sign of one weight,
+        :math:`l_i w^+ + h_i w^-`: exact on a map with one weight per path
+        and no negative gate. A second weight on a path (two ``Linear`` in a
+        row) or a negative gate (a negative edge weight, ``ChebConv``'s
+        Laplacian) can flip a path's sign after its bound was chosen, so the
+        relevance is not that of ``ZBox`` on the merged map: told once per
+        pass. Returns whether the op's output has gone through a weight."""
+        weighted = any(r == "weight" for _, r in operands)
+        again = weighted and any(r == "signal" and t in self._weighted for t, r in operands)
+        negative = any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and
+                       bool((_value_of(t) < 0).any()) for t, r in operands)
+        if (again or negative) and not self._zbox_told:
+            self._zbox_told = True
+            warnings.warn(
+                f"LRP: ZBox in {self.where()} meets {'a second weight on a path' if again else 'a negative gate'}: "
+                "it chooses each input's bound by the sign of one weight (l w+ + h w-), and a second weight or a "
+                "negative gate can flip a path's sign after that, so the relevance is not ZBox's on the merged "
+                "map. Give ZBox a layer with one weight and non-negative gates (the input layer of GCN, SAGE, "
+                "GIN), or another rule here.", RuntimeWarning, stacklevel=4)
+        return weighted or any(r == "signal" and t in self._weighted for t, r in operands)
 
     def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list):
         r"""Linear op ``name`` under a ``signed`` rule (see

@@ -527,7 +527,10 @@ class ZBox(Rule):
     Three streams, :math:`(x, W)`, :math:`(l, W^+)` and :math:`(h, W^-)`, all
     without bias (no relevance is absorbed by it). ``low`` and ``high`` are
     numbers or one bound per input feature (shape ``[F]``): the same for
-    every row (node), as the explainers cut and batch rows.
+    every row (node), as the explainers cut and batch rows. Exact on a map
+    with one weight per path and no negative gate (the input layer of GCN,
+    SAGE, GIN); elsewhere a path's sign can flip after its bound was chosen,
+    which the pass warns about.
     """
 
     low: Union[float, Tensor] = 0.0
