@@ -5,6 +5,8 @@ embeddings as float input.
 """
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch_geometric.explain import Explainer
@@ -289,3 +291,41 @@ def test_explain_nodes_explains_integer_x_as_explain_does():
         assert sparse.node_relevance.dtype == ex.node_mask.dtype
     with pytest.raises(TypeError, match="x: relevance is carried by floating-point node features"):
         lrp.explain_nodes(model.rest, x, edge_index, torch.tensor([3]))
+
+def test_ids_the_lookup_cannot_take_fail_with_the_lookups_error():
+    """Ids out of the table's range fail the model's own forward: its error
+    is raised, not the message that the model looks nothing up in x (which
+    it does)."""
+    x, edge_index = graph(10)
+    model = Embedded().eval()
+    with pytest.raises(IndexError, match="index out of range"):
+        lrp.explain(model, x[:, 0] + CATS, edge_index, index=3)
+
+
+def test_a_max_norm_lookup_leaves_the_weight_as_it_was():
+    """``Embedding(max_norm=...)`` renormalises the rows it looks up in place
+    in every forward; an explanation leaves the weight as it was (before, the
+    rows it read were renormalised), and explains the renormalised lookup."""
+    x, edge_index = graph(11)
+    model = Embedded().eval()
+    model.emb.max_norm = 1.0
+    with torch.no_grad():
+        model.emb.weight.mul_(5.0)
+    before = model.emb.weight.detach().clone()
+    ex = lrp.explain(model, x[:, 0], edge_index, index=3, subgraph=False)
+    assert torch.equal(model.emb.weight, before)
+    renormed = copy.deepcopy(model)
+    expected = renormed(x[:, 0], edge_index)[3]  # a plain forward renormalises the copy's rows
+    assert float(ex.score) == pytest.approx(float(expected.max()), rel=1e-6)
+    assert not torch.equal(renormed.emb.weight, before)
+
+
+def test_features_of_a_one_column_categorical_x_are_drawn(tmp_path):
+    """A 1-D categorical ``x`` has one feature: its ``[N, 1]`` mask is per
+    feature, as for a float ``[N, 1]`` x (before: refused as a mask summed
+    over features)."""
+    pytest.importorskip("matplotlib")
+    x, edge_index = graph(12)
+    ex = lrp.explain(Embedded().eval(), x[:, 0], edge_index, index=3, node_mask_type="attributes")
+    lrp.visualize_features(ex, path=tmp_path / "features.png")
+    assert (tmp_path / "features.png").stat().st_size > 0

@@ -1280,6 +1280,7 @@ class RelevanceMode(TorchFunctionMode):
         self._cut = _ByIdentity()
         self._any_cut = False
         self._weighted = _ByIdentity()  # ends of ZBox maps that went through a weight (see _check_zbox)
+        self.lookups_tried = False  # a lookup of a watched integer input ran (it may have failed)
         self._zbox_told = False
         self.stale_used: list = []
         self._pre_activation: dict = {}  # grad_fn of an output activation -> its input
@@ -1858,6 +1859,7 @@ class RelevanceMode(TorchFunctionMode):
         for name, source in self._sources:
             columns = _columns_of(source, indices)
             if columns is not None:
+                self.lookups_tried = True
                 args, kwargs = _detach_parameters(args, kwargs)
                 out = self.watch(func(*args, **kwargs))
                 self.lookups.append((name, columns, out))
@@ -2740,6 +2742,9 @@ def _prepare(module: torch.nn.Module, undo: list) -> None:
         for key in [k for k, v in vars(module).items() if k.startswith("_cached_") and v is not None]:
             undo.append((module, key, getattr(module, key)))
             object.__setattr__(module, key, None)
+    if isinstance(module, torch.nn.Embedding) and module.max_norm is not None:
+        # its forward renormalises the looked-up rows of its weight in place: put back after the pass
+        undo.append((module, "weight values", module.weight.detach().clone()))
     swap = SWAPPABLE.get(type(module))
     if swap is not None:
         undo.append((module, "__class__", type(module)))
@@ -2776,6 +2781,9 @@ def _undo(undo: list) -> None:
     for module, attr, value in reversed(undo):
         if attr == "__class__":
             module.__class__ = value
+        elif attr == "weight values":
+            with torch.no_grad():
+                module.weight.copy_(value)
         else:
             object.__setattr__(module, attr, value)
     undo.clear()

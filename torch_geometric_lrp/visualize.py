@@ -606,7 +606,8 @@ def _feature_relevance(node_mask, name: str, x=None) -> Tensor:
         shape = tuple(node_mask.shape) if isinstance(node_mask, Tensor) else type(node_mask).__name__
         raise ValueError(f"{name}: expected a node mask of shape [N, F], got {shape}; explain with "
                          f"node_mask_type='attributes'.")
-    one_feature = isinstance(x, Tensor) and x.dim() == 2 and x.size(1) == 1  # [N, 1] is then per feature
+    # x of one feature ([N, 1], or [N] ids of one categorical column): [N, 1] is then per feature
+    one_feature = isinstance(x, Tensor) and (x.dim() == 1 or (x.dim() == 2 and x.size(1) == 1))
     if node_mask.size(1) == 1 and node_mask.size(0) > 1 and not one_feature:
         raise ValueError(f"{name}: has shape {tuple(node_mask.shape)}, relevance summed over features "
                          f"(node_mask_type='object'); explain with node_mask_type='attributes' to see features.")

@@ -216,7 +216,8 @@ class Pass:
         try:
             self.out = self._call(self.x, edge_index, kwargs)
         except Exception as error:
-            if categorical and not self._looked_up():
+            if categorical and not self._looked_up() and not self.mode.lookups_tried:
+                # (a lookup of x that failed, as one of ids out of its table's range does: its own error)
                 raise self._no_lookup(x) from error
             if isinstance(error, AssertionError) and is_sparse(edge_index):
                 # a layer's own invariant, broken where the pass turns its fused sparse kernel off
