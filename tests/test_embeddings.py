@@ -329,3 +329,37 @@ def test_features_of_a_one_column_categorical_x_are_drawn(tmp_path):
     ex = lrp.explain(Embedded().eval(), x[:, 0], edge_index, index=3, node_mask_type="attributes")
     lrp.visualize_features(ex, path=tmp_path / "features.png")
     assert (tmp_path / "features.png").stat().st_size > 0
+
+
+class WritesIntoLookup(torch.nn.Module):
+    """A lookup, then numbers written in place into its output (masking a
+    category), then ``Rest``; ``twin=True`` takes the lookup's output as
+    float input instead (the writes on a copy of it)."""
+
+    def __init__(self, twin: bool = False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.rest, self.twin = torch.nn.Embedding(CATS, D), Rest(), twin
+
+    def forward(self, x, edge_index, ids=None):
+        h = x * 1.0 if self.twin else self.emb(x)
+        ids = x if ids is None else ids
+        h[ids == 0] = 0.0
+        h.index_fill_(0, torch.tensor([1]), 0.5)
+        return self.rest(h, edge_index)
+
+
+def test_writes_in_place_into_a_lookup_are_explained_as_into_a_float_input():
+    """Before, the pass's lookup output was a leaf of autograd, into which
+    torch refuses writes in place: the explanation failed where the model
+    runs."""
+    x, edge_index = graph(13)
+    x = x[:, 0]
+    model = WritesIntoLookup().eval()
+    ex = lrp.explain(model, x, edge_index, index=3, subgraph=False)
+    twin = WritesIntoLookup(twin=True).eval()
+    twin.rest.load_state_dict(model.rest.state_dict())
+    h = model.emb(x).detach()
+    ref = lrp.explain(twin, h, edge_index, index=3, subgraph=False, ids=x)
+    torch.testing.assert_close(ex.embedding_relevance, ref.node_mask)
+    assert float(ex.score) == pytest.approx(float(ref.score))

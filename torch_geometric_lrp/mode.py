@@ -1863,7 +1863,8 @@ class RelevanceMode(TorchFunctionMode):
                 args, kwargs = _detach_parameters(args, kwargs)
                 out = self.watch(func(*args, **kwargs))
                 self.lookups.append((name, columns, out))
-                return out
+                with torch.inference_mode(False), torch.enable_grad(), self.unrouted():
+                    return out.clone()  # the forward may write into it in place, which a leaf does not allow
         return None
 
     def unrouted(self):
