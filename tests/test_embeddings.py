@@ -363,3 +363,18 @@ def test_writes_in_place_into_a_lookup_are_explained_as_into_a_float_input():
     ref = lrp.explain(twin, h, edge_index, index=3, subgraph=False, ids=x)
     torch.testing.assert_close(ex.embedding_relevance, ref.node_mask)
     assert float(ex.score) == pytest.approx(float(ref.score))
+
+
+def test_a_model_with_lookups_converts_and_is_refused_by_check_conservation_by_name():
+    """``lrp.convert`` takes ``torch.nn.Embedding`` (it was refused as a module
+    without relevance support) and explains as the model itself does;
+    ``check_conservation`` refuses the integer input naming its dtype and
+    what to do."""
+    x, edge_index = graph(14)
+    model = Embedded().eval()
+    converted = lrp.convert(model)
+    a = lrp.explain(model, x[:, 0], edge_index, index=3)
+    b = lrp.explain(converted, x[:, 0], edge_index, index=3)
+    torch.testing.assert_close(a.node_mask, b.node_mask)
+    with pytest.raises(TypeError, match=r"input '0' must be a floating-point tensor, got torch.int64.*lrp.explain"):
+        lrp.check_conservation(model, x[:, 0], edge_index)

@@ -124,7 +124,8 @@ def check_conservation(
     ----------
     model : torch.nn.Module
         A model, converted (:func:`torch_geometric_lrp.convert`) or not: any
-        model that :func:`torch_geometric_lrp.explain` explains. The pass
+        model that :func:`torch_geometric_lrp.explain` explains, on floating
+        inputs (categorical ones are not checked module by module yet). The pass
         runs on it as :func:`~torch_geometric_lrp.relevance_pass` does (put
         back as it was after), with hooks of this call on its modules,
         removed on return (other threads' forwards pass them untouched).
@@ -180,7 +181,11 @@ def check_conservation(
     for name in inputs:
         value = args[int(name)] if name.isdigit() else kwargs[name]
         if not (isinstance(value, Tensor) and value.is_floating_point()):
-            raise TypeError(f"check_conservation: input {name!r} must be a floating-point tensor.")
+            raise TypeError(f"check_conservation: input {name!r} must be a floating-point tensor, got "
+                            f"{value.dtype if isinstance(value, Tensor) else type(value).__name__}. Integer inputs "
+                            f"looked up in embeddings (categorical x) are explained by lrp.explain, which reports "
+                            f"the totals, but are not checked module by module yet; name only floating inputs in "
+                            f"inputs=[...].")
         with torch.inference_mode(False):  # a leaf that can require grad, also called under inference mode
             leaf = value.detach().clone().requires_grad_()
         carriers[name] = leaf

@@ -45,6 +45,7 @@ _SUPPORTED: set[type] = {
     torch.nn.ReLU6, torch.nn.Hardtanh, torch.nn.Hardswish, torch.nn.Hardsigmoid, torch.nn.Softsign,
     torch.nn.Softmax, torch.nn.LogSoftmax, torch.nn.BatchNorm1d, torch.nn.LayerNorm, torch.nn.RMSNorm,
     torch.nn.GLU, torch.nn.LogSigmoid, torch.nn.CosineSimilarity, torch.nn.PairwiseDistance,
+    torch.nn.Embedding,  # a lookup: of a categorical x it starts relevance, otherwise a constant
     torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
     # recurrent and attention modules, explained with their own rules (recurrent.py, attention.py;
     # tests/test_recurrent.py)

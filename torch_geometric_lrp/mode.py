@@ -1503,7 +1503,7 @@ class RelevanceMode(TorchFunctionMode):
         stream sees them), registered as a map end."""
         if rule.signed:
             return self._signed_op(name, fn, rule, args, kwargs, keyed, [r for _, r in operands])
-        weighted = self._check_zbox(operands) if isinstance(rule, ZBox) else False
+        weighted = self._check_zbox(name, operands) if isinstance(rule, ZBox) else False
         streams = rule.streams()
         outputs = []
         with nullcontext() if torch.is_grad_enabled() else torch.enable_grad():
@@ -1516,20 +1516,25 @@ class RelevanceMode(TorchFunctionMode):
             a, kw = _filled(args, kwargs, [_value_of(t) for t, _ in operands])
             value = fn(*a, **kw)
         out = self._register(value, rule, outputs)
-        if weighted:
-            self._weighted[out] = True
+        if weighted:  # (the ends of an op with several outputs, split or chunk, each)
+            for end in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(end, Tensor):
+                    self._weighted[end] = True
         return out
 
-    def _check_zbox(self, operands: list) -> bool:
+    def _check_zbox(self, name: str, operands: list) -> bool:
         r"""``ZBox`` gives each input its bound by the sign of one weight,
         :math:`l_i w^+ + h_i w^-`: exact on a map with one weight per path
         and no negative gate. A second weight on a path (two ``Linear`` in a
         row) or a negative gate (a negative edge weight, ``ChebConv``'s
         Laplacian) can flip a path's sign after its bound was chosen, so the
         relevance is not that of ``ZBox`` on the merged map: told once per
-        pass. Returns whether the op's output has gone through a weight."""
+        pass. Returns whether the op's output has gone through a weight.
+        (A second weight is counted where it mixes features, ``name`` in
+        ``_MIXING``: an element-wise product with a weight on the way to a
+        gate, as GAT's attention scores ``(x W) * a``, is no path of the map.)"""
         weighted = any(r == "weight" for _, r in operands)
-        again = weighted and any(r == "signal" and t in self._weighted for t, r in operands)
+        again = weighted and name in _MIXING and any(r == "signal" and t in self._weighted for t, r in operands)
         negative = any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and
                        bool((_value_of(t) < 0).any()) for t, r in operands)
         if (again or negative) and not self._zbox_told:
