@@ -1649,3 +1649,22 @@ def test_a_detached_copy_made_to_require_gradients_is_told():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lrp0(lambda x: ((x @ A).relu() + (x @ A).relu().detach().clone()) @ W)
+
+
+def test_a_write_into_a_tensor_the_pass_keeps_is_refused_saying_how_to_write_it():
+    """``torch.maximum``'s relevance Function keeps its output for the
+    backward, which a write in place then changes: refused, saying to write
+    on a clone (before: torch's version error from inside the backward).
+    The advice gives gradient x input under LRP-0."""
+    def fn(x, clone=False):
+        h = x @ A
+        h = torch.maximum(h, -h)
+        if clone:
+            h = h.clone()
+        h[MASK[:, :1].expand(N, HID)] = 0.0
+        return h @ W
+
+    with pytest.raises(UnsupportedOpError, match=r"writes in place into a tensor that the relevance pass keeps.*"
+                                                 r"h = h.clone\(\)"):
+        lrp0(fn)
+    check(lambda x: fn(x, clone=True), lambda x: fn(x, clone=True))

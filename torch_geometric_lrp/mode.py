@@ -2053,6 +2053,15 @@ class RelevanceMode(TorchFunctionMode):
         message = str(error)
         if "torch.utils.checkpoint" in message:
             return _checkpointed(message.splitlines()[0])
+        if "modified by an inplace operation" in message or "has been modified inplace" in message:
+            # a write in place into a tensor that a relevance Function keeps for its backward (the
+            # output of an activation, of torch.maximum, a view of a split): plain autograd keeps
+            # other tensors, so the model runs where the pass cannot
+            return UnsupportedOpError(
+                f"The forward writes in place into a tensor that the relevance pass keeps for its backward "
+                f"(an activation's output, torch.maximum's, a view from split or chunk), so the backward "
+                f"cannot run ({message.splitlines()[0]}). Write it out of place: h = h.clone() before the "
+                f"write, or torch.where / index_put / masked_fill without the underscore.")
         if not message.startswith("function ") or "Backward" not in message.split()[1]:
             return error
         name = message.split()[1]
