@@ -1668,3 +1668,25 @@ def test_a_write_into_a_tensor_the_pass_keeps_is_refused_saying_how_to_write_it(
                                                  r"h = h.clone\(\)"):
         lrp0(fn)
     check(lambda x: fn(x, clone=True), lambda x: fn(x, clone=True))
+
+
+@pytest.mark.parametrize("op", ["neg_", "cumsum_", "lerp_", "addcmul_"])
+def test_in_place_arithmetic_on_an_activation_runs_out_of_place(op):
+    """As ``add_`` and ``mul_`` do, these run out of place on an activation's
+    output (the forward goes on with the returned tensor): LRP-0 equals
+    gradient x input. Before, they were refused as ops without a rule."""
+    c = weights(N, HID, seed=7)
+
+    def fn(x):
+        h = F.leaky_relu(x @ A, 0.1)
+        if op == "neg_":
+            h = h.neg_()
+        elif op == "cumsum_":
+            h = h.cumsum_(0)
+        elif op == "lerp_":
+            h = h.lerp_(torch.zeros_like(c), 0.25)
+        else:
+            h = h.addcmul_(h.detach(), c, value=0.5)
+        return h @ W
+
+    check(fn, fn)

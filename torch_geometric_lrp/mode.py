@@ -2255,6 +2255,11 @@ class RelevanceMode(TorchFunctionMode):
             # arithmetic in place into a map end, or into a constant that a
             # signal is added into (z = zeros(...); z.index_add_(0, i, h))
             return self._arithmetic_in_place(func, name, args, kwargs)
+        if name in _OUT_OF_PLACE and name not in LINEAR_OPS and args and isinstance(args[0], Tensor) and \
+                _carries(args[0]):
+            # in-place arithmetic on a signal that ends no map (an activation's output): out of place, as
+            # add_ and mul_ run there (that the forward goes on with the returned tensor is checked after it)
+            return self._route(_OUT_OF_PLACE[name], args, kwargs)
         kind = LINEAR_OPS.get(name)
         if kind is not None:
             rule = self.current_rule()
