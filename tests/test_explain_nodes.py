@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch_geometric.nn
 from torch_geometric.utils import to_undirected
 
 import torch_geometric_lrp as lrp
@@ -356,3 +357,44 @@ def test_a_data_object_is_taken_as_for_lrp_explain():
     hetero["a", "to", "a"].edge_index = DATA["edge_index"]
     with pytest.raises(ValueError, match="heterogeneous graphs"):
         lrp.explain_nodes(model, hetero)
+
+
+class MaxFedBack(torch.nn.Module):
+    """A Linear, its maximum over all nodes added back, a GCN layer, a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(3, 4, bias=False)
+        self.conv = torch_geometric.nn.GCNConv(4, 4, bias=False)
+        self.head = torch.nn.Linear(4, 2, bias=False)
+        with torch.no_grad():
+            self.lin.weight.abs_()
+
+    def forward(self, x, edge_index):
+        h = self.lin(x)
+        h = h + h.amax(0, keepdim=True)
+        return self.head(torch.relu(self.conv(h, edge_index)))
+
+
+def test_copies_that_reproduce_a_statistic_of_the_whole_graph_together_fall_back():
+    """Path 0-1-2-3 and an isolated node 4 that holds the maximum: the copies
+    of targets 0 and 4, side by side in one batch, hold every node and give
+    the full graph's outputs, yet target 0's maximum is read from target 4's
+    copy. The check with unrelated nodes added tells: the batch falls back,
+    with a warning, and each explanation equals gradient x input (LRP-0,
+    no biases). Before, target 0's relevance of node 4 (-2.35) was booked on
+    target 4's explanation, without a word."""
+    x = torch.rand(5, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    x[4] = 5.0
+    edge_index = torch.tensor([[0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]])
+    model = MaxFedBack().double().eval()
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="side by side"):
+        found = lrp.explain_nodes(model, x, edge_index, torch.tensor([0, 4]), batch_size=2,
+                                  rules=lrp.rules.Epsilon(0.0))
+    for t, ex in zip([0, 4], found):
+        xg = x.clone().requires_grad_()
+        out = model(xg, edge_index)
+        out[t, out[t].argmax()].backward()
+        node = torch.zeros(5, dtype=torch.float64).index_add_(0, ex.node_index, ex.node_mask.sum(-1))
+        torch.testing.assert_close(node, (xg.grad * x).sum(-1))

@@ -913,3 +913,35 @@ def test_an_isolated_target_of_a_layer_that_needs_edges_falls_back_without_a_wor
         warnings.simplefilter("error")
         found = lrp.explain(model, x, edge_index, index=5)
     torch.testing.assert_close(found.node_mask, full.node_mask, rtol=0, atol=0)
+
+
+class GatedByTheMean(torch.nn.Module):
+    """GCN whose features are gated by their mean over all nodes (the graph
+    as a whole), outputs scaled by ``scale``."""
+
+    def __init__(self, scale: float):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv, self.head, self.scale = GCNConv(3, 4, bias=False), torch.nn.Linear(4, 2, bias=False), scale
+
+    def forward(self, x, edge_index):
+        h = torch.relu(self.conv(x, edge_index))
+        return self.head(h * torch.sigmoid(5 * h.mean(0, keepdim=True))) * self.scale
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-5])
+def test_the_check_tells_small_outputs_apart(scale):
+    """The subgraph's outputs are compared with the full graph's relative to
+    their own size: a model that reads the whole graph falls back with a
+    warning whatever the size of its outputs, and the explanation equals the
+    full graph's. Before, outputs of about 1e-6 passed the check (an
+    absolute floor of 1e-5): the subgraph's explanation, 30% off, no word."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    edge_index = torch.randint(0, 40, (2, 80), generator=g)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    model = GatedByTheMean(scale).double().eval()
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="differ from the full graph's"):
+        cut = lrp.explain(model, x, edge_index, index=0)
+    full = lrp.explain(model, x, edge_index, index=0, subgraph=False)
+    torch.testing.assert_close(cut.node_mask, full.node_mask)

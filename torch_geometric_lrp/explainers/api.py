@@ -648,7 +648,7 @@ def _on_copies(model, x: Tensor, edge_index: Tensor, kwargs: dict, copies: Cut, 
     full graph's output, where given). ``hops``: those of the cuts;
     ``lean_cut``: they are lean (:class:`~.core.InFull` where that fails)."""
     result = on_cut(model, x, edge_index, kwargs, copies, chunk, chunk_target, settings, reference=reference,
-                    num_hops=hops, lean_cut=lean_cut)
+                    num_hops=hops, lean_cut=lean_cut, copies=chunk.numel() > 1)
     if result is None or isinstance(result, InFull):
         return result
     if settings.mode is None:

@@ -79,6 +79,10 @@ class Settings:
     lean: bool = True
     # A residual warning was given (one per call; see warn_if_not_conserved).
     residual_warned: bool = False
+    # A batch of several targets' copies passed the check with unrelated nodes
+    # added (on_cut's copies): the model reads no statistic of the whole graph
+    # that those nodes change, so the later batches of the call skip it.
+    copies_checked: bool = False
     # The length of ``index`` where it is a boolean mask (targets.mask_rows),
     # checked against the output's rows once the forward has run.
     index_mask_rows: Optional[int] = None
@@ -412,13 +416,18 @@ def resolve_task(p: Pass, settings: Settings, num_nodes, edge_index, kwargs: dic
 
 
 def same_output(a: Tensor, b: Tensor) -> bool:
-    """Two outputs of the model agree (up to float noise, NaN equal to NaN;
-    in half precision, up to 16 rounding steps of its dtype: sums in
-    another order, on a subgraph, differ by that much)."""
+    """Two outputs of the model agree up to float noise (NaN equal to NaN):
+    in float64 to 1e-9 of the largest output, in float32 to 1e-4, in half
+    precision to 16 rounding steps of its dtype (sums in another order, on a
+    subgraph, differ by that much). Relative to the outputs' own size, so
+    that small outputs are told apart as well as large ones."""
     finite = a[torch.isfinite(a)]
     scale = finite.abs().max().item() if finite.numel() else 1.0
-    rtol = max(1e-4, 16 * torch.finfo(a.dtype).eps) if a.is_floating_point() else 1e-4
-    return a.shape == b.shape and torch.allclose(a, b, rtol=rtol, atol=rtol / 10 * (1.0 + scale), equal_nan=True)
+    if not a.is_floating_point():
+        rtol = 1e-4
+    else:
+        rtol = 1e-9 if a.dtype == torch.float64 else max(1e-4, 16 * torch.finfo(a.dtype).eps)
+    return a.shape == b.shape and torch.allclose(a, b, rtol=rtol, atol=rtol / 10 * scale, equal_nan=True)
 
 
 def _dtype_of(node) -> Optional[torch.dtype]:
@@ -671,7 +680,7 @@ def full_output(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: d
 
 def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
            target: Optional[Tensor], settings: Settings, each: bool = False, reference: Optional[Tensor] = None,
-           num_hops: Optional[int] = None, lean_cut: bool = False
+           num_hops: Optional[int] = None, lean_cut: bool = False, copies: bool = False
            ) -> Union[None, Relevance, list[Relevance], "InFull"]:
     """The pass on the cut ``c`` (whose targets ``c.index`` are the input's
     nodes ``rows``), with relevance on the cut's nodes and edges; ``None``
@@ -701,18 +710,28 @@ def on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, 
     ``lean_cut=True``: ``c`` is lean already (``cut(..., lean=True)``), for
     a caller whose check is the full graph's output (``reference``, or a
     graph of at most ``FULL_CHECK_EDGES`` edges; :func:`proves_lean_cuts`):
-    where it fails, :class:`InFull`, and the caller cuts in full."""
+    where it fails, :class:`InFull`, and the caller cuts in full.
+
+    ``copies=True``: ``c`` holds several targets' subgraphs side by side
+    (``explain_nodes``), which together can hold what a statistic of the
+    whole graph reads (a maximum over all nodes), so that the full graph's
+    output proves nothing about one copy reading another: the check with
+    unrelated nodes added, which changes such statistics, runs as well, on
+    the first such batch of a call that passes it (``Settings.copies_checked``;
+    the nodes it adds have features beyond the range of ``x``, so a maximum,
+    a minimum, a sum or a mean over all nodes changes in every batch)."""
     hops = count_hops(model) if num_hops is None else num_hops
     if lean_cut and not proves_lean_cuts(reference, edge_index.shape[1]):
         raise ValueError("lean_cut: a lean cut needs the full graph's output as its check (a check on the cut "
                          "itself cannot see the edges it leaves out).")
-    result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference, hops, lean_cut)
+    result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, reference, hops, lean_cut,
+                     copies)
     if isinstance(result, InFull):
         settings.lean = False
         if lean_cut:
             return result
         result = _on_cut(model, x, edge_index, kwargs, c, rows, target, settings, each, result.reference, hops,
-                         False)
+                         False, copies)
     return result
 
 
@@ -742,7 +761,7 @@ TRIM_MIN_EDGES = 4_000
 
 def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict, c: Cut, rows: Tensor,
             target: Optional[Tensor], settings: Settings, each: bool, reference: Optional[Tensor], num_hops: int,
-            lean_cut: bool):
+            lean_cut: bool, copies: bool = False):
     """:func:`on_cut`, once; :class:`InFull` where its lean, trimmed pass failed."""
     bound = layout_bound(model)
     if bound:
@@ -756,6 +775,9 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
     # (a model that saturates on both could still read the graph as a whole).
     context = None if reference is not None or e <= FULL_CHECK_EDGES else \
         with_context(c, n, edge_index, message_flow(model))
+    # several targets' copies side by side: the full graph's output is no proof (see on_cut's copies)
+    also = with_context(c, n, edge_index, message_flow(model)) \
+        if copies and context is None and not settings.copies_checked else None
     # The pass runs without the messages into the ring (about half of the
     # cut's edges; they only count out-degrees). Both checks run the model on
     # the whole cut or more, so a model that reads out-degrees fails them, and
@@ -770,6 +792,11 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
                              context_inputs(kwargs, context, n, e))
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
+        try:
+            check_also = None if also is None else \
+                p.plain(context_features(x, also), also.edge_index, context_inputs(kwargs, also, n, e))
+        except Exception as error:  # noqa: BLE001 (no proof: decided below)
+            check_also = error
         inputs = slice_inputs(kwargs, run, n, e)[0]
         trimming = p.trim(hop_distance(run.edge_index, c.index, c.num_nodes, num_hops, flow), num_hops) \
             if settings.lean and run.edge_id.numel() >= TRIM_MIN_EDGES else None
@@ -833,6 +860,17 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
                       "nodes or edges) or computes features from edges further out than its layers count (a "
                       "neighbour's degree, a random-walk encoding)")
             return None
+        if also is not None and (isinstance(check_also, Exception) or not same_output(
+                out.detach()[c.index], check_also[also.index])):
+            if slimmed():
+                return InFull(check)
+            fall_back(model, "the targets' outputs change when unrelated nodes and edges are present, so the model "
+                             "reads the graph as a whole (a statistic over all nodes or edges), which the subgraphs of "
+                             "several targets side by side can reproduce together" if not isinstance(check_also, Exception)
+                      else f"its forward failed with unrelated nodes added to the subgraphs ({check_also})")
+            return None
+        if also is not None:
+            settings.copies_checked = True
         if each:
             return [_on_edges_of(_relevance_at(p, out, c.index[k:k + 1], rows[k:k + 1], n, target[k:k + 1], level,
                                                mode, return_type, retain=k + 1 < rows.numel()), keep)
