@@ -223,6 +223,13 @@ class Pass:
             if categorical and not self._looked_up() and not self.mode.lookups_tried:
                 # (a lookup of x that failed, as one of ids out of its table's range does: its own error)
                 raise self._no_lookup(x) from error
+            if isinstance(error, RuntimeError) and "leaf Variable that requires grad" in str(error):
+                # the pass's copy of an explained input is a leaf of autograd, which torch does not let
+                # a forward write into in place (the user's own input, without grad, it would)
+                raise UnsupportedOpError(
+                    f"model: the forward writes in place into an explained input (x or a floating edge_attr, "
+                    f"or a view of it), which the relevance pass watches as a leaf of autograd ({error}). Write "
+                    f"on a copy: x = x.clone() before the write.") from error
             if isinstance(error, AssertionError) and is_sparse(edge_index):
                 # a layer's own invariant, broken where the pass turns its fused sparse kernel off
                 raise RuntimeError(
