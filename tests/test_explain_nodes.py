@@ -2,6 +2,8 @@
 computation subgraph, equal to explaining them one by one."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch_geometric.nn
@@ -398,3 +400,33 @@ def test_copies_that_reproduce_a_statistic_of_the_whole_graph_together_fall_back
         out[t, out[t].argmax()].backward()
         node = torch.zeros(5, dtype=torch.float64).index_add_(0, ex.node_index, ex.node_mask.sum(-1))
         torch.testing.assert_close(node, (xg.grad * x).sum(-1))
+
+
+class LooksUpAColumn(torch.nn.Module):
+    """A float ``x`` whose first column holds category ids, looked up in an
+    embedding, then a GCN layer: local, but its forward fails on features
+    beyond the range of ``x``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = torch.nn.Embedding(4, 3)
+        self.conv = torch_geometric.nn.GCNConv(3 + F_IN - 1, C)
+
+    def forward(self, x, edge_index):
+        return self.conv(torch.cat([self.emb(x[:, 0].long()), x[:, 1:]], dim=1), edge_index)
+
+
+def test_a_local_model_that_cannot_run_on_the_unrelated_nodes_keeps_its_copies():
+    """The copies' extra check adds nodes with features beyond the range of
+    ``x``; a model that cannot run on those (ids out of its table) has the
+    full graph's output as its proof, as before the check: no fallback."""
+    x = DATA["x"].detach().double().clone()
+    x[:, 0] = torch.arange(N) % 4
+    model = LooksUpAColumn().double().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+        found = lrp.explain_nodes(model, x, DATA["edge_index"], torch.tensor([0, 5, 9, 13]), batch_size=2)
+    for t, ex in zip([0, 5, 9, 13], found):
+        alone = lrp.explain(model, x, DATA["edge_index"], index=t, subgraph=False)
+        torch.testing.assert_close(ex.node_mask, alone.node_mask[ex.node_index])

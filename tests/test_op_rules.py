@@ -1645,10 +1645,18 @@ def test_a_detached_copy_made_to_require_gradients_is_told():
         with pytest.warns(RuntimeWarning, match=f"'{name}' in .* makes a detached copy of a signal"):
             relevance = lrp0(fn)
         assert float(relevance.abs().sum()) == 0
-    # a detached copy used as a constant is no such leaf: no warning
+    # a detached copy used as a constant is no such leaf, and one for work the output does not use (a
+    # gradient penalty the forward computes aside) takes no relevance: no warning for either
+    def aside(x):
+        h = (x @ A).relu()
+        leaf = h.detach().requires_grad_()
+        torch.autograd.grad((leaf ** 2).sum(), leaf)
+        return h @ W
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lrp0(lambda x: ((x @ A).relu() + (x @ A).relu().detach().clone()) @ W)
+        lrp0(aside)
 
 
 def test_a_write_into_a_tensor_the_pass_keeps_is_refused_saying_how_to_write_it():
@@ -1690,3 +1698,23 @@ def test_in_place_arithmetic_on_an_activation_runs_out_of_place(op):
         return h @ W
 
     check(fn, fn)
+
+
+def test_a_number_written_through_a_view_is_not_credited_to_the_input():
+    """``v = h[:, 1:3]; v[0] = 2.0`` on an activation's output writes into
+    ``h`` through a view: the input relevance is that of the same write out
+    of place (the constant's share is not the input's). A version of the
+    in-place write rule credited it to the input, conserving, without a word."""
+    mask = torch.zeros(N, HID, dtype=torch.bool)
+    mask[0, 1:3] = True
+
+    def fn(x, in_place):
+        h = F.leaky_relu(x @ A, 0.0)
+        if in_place:
+            v = h[:, 1:3]
+            v[0] = 2.0
+        else:
+            h = h.masked_fill(mask, 2.0)
+        return h @ W
+
+    torch.testing.assert_close(lrp0(lambda x: fn(x, True)), lrp0(lambda x: fn(x, False)))

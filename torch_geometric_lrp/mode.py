@@ -644,11 +644,14 @@ def _number_written_in_place(mode, name: str, args, kwargs):
     end (an activation's output; a map's end is replayed as a write of the
     map, :meth:`RelevanceMode._written_map_end`): the same write out of place
     (``_number_written``, whose constant absorbs its share, measured), copied
-    into ``h`` (standing for ``h`` in the pass where it ends a map, as a
-    replayed write into a map's end does). Written in place as autograd runs
-    it, the relevance reaching the written entries would vanish unmeasured."""
+    into ``h`` with grad (so views of ``h`` follow it, as autograd runs them),
+    and standing for ``h`` in the pass where it ends a map, as a replayed
+    write into a map's end does. Written in place as autograd runs it, the
+    relevance reaching the written entries would vanish unmeasured. (A view
+    ``h`` is left to autograd: its base changes too.)"""
     h = args[0] if args else None
-    if not isinstance(h, Tensor) or not _carries(h) or (mode._maps and h in mode._maps) or kwargs:
+    if not isinstance(h, Tensor) or not _carries(h) or (mode._maps and h in mode._maps) or kwargs or h._is_view():
+        # (a view: its base changes too, unseen by the write's constant; as autograd runs it, measured)
         return NotImplemented
     if name == "__setitem__" and (len(args) != 3 or not _is_number(args[2])):
         return NotImplemented
@@ -663,12 +666,17 @@ def _number_written_in_place(mode, name: str, args, kwargs):
         written = _number_written(mode, name[:-1], (before, *args[1:]), {})
     if written is NotImplemented:
         return NotImplemented
-    if written in mode._maps:  # a map's end: it stands for h from now on, and the next linear op continues it
-        origin = mode._stands_for(h, written, lambda t: t.copy_(written.detach()))
-    else:
-        with torch.enable_grad():
-            origin = h.copy_(written)
-    return None if name == "__setitem__" else origin
+    if h.is_leaf:  # a watched input: torch lets no forward write into it with grad
+        origin = mode._stands_for(h, written, lambda t: t.copy_(written.detach())) if written in mode._maps \
+            else h
+        return None if name == "__setitem__" else origin
+    with torch.enable_grad():
+        h.copy_(written)  # as autograd runs the write: views of h made before it follow it
+    if written in mode._maps:  # the next linear op continues the write's map, as after a write into a map's end
+        mode._written[h] = written
+        mode._origins[written] = h
+        mode._any_written = True
+    return None if name == "__setitem__" else h
 
 
 def _full(like: Tensor, value) -> Tensor:
@@ -1279,6 +1287,7 @@ class RelevanceMode(TorchFunctionMode):
         # those: one made to require gradients again is a leaf that relevance vanishes into
         self._cut = _ByIdentity()
         self._any_cut = False
+        self._cut_leaves = _ByIdentity()  # such copies made to require gradients -> where
         self._weighted = _ByIdentity()  # ends of ZBox maps that went through a weight (see _check_zbox)
         self.lookups_tried = False  # a lookup of a watched integer input ran (it may have failed)
         self._zbox_told = False
@@ -2015,6 +2024,14 @@ class RelevanceMode(TorchFunctionMode):
                 self.unsupported[f"{name} (custom autograd Function)"] += 1
             elif not inside and node not in self._reported and _node_name(node) not in _COPY_NODES:
                 self._unseen(node)
+            elif self._any_cut and type(node).__name__ == "AccumulateGrad" and node.variable in self._cut_leaves:
+                warnings.warn(
+                    f"LRP: {self._cut_leaves.get(node.variable)} makes a detached copy of a signal (t.detach(), "
+                    "t.data) require gradients, and the explained output depends on it: it is a new leaf of "
+                    "autograd, and the relevance that reaches it reaches no input and is not accounted for (the "
+                    "explanation's residual holds it). Leave it detached (a constant of the explanation, whose "
+                    "share is absorbed), or use the tensor itself to explain through it.", RuntimeWarning,
+                    stacklevel=4)
             todo.extend((next_node, inside) for next_node, _ in node.next_functions)
 
     def _invisible_modules(self) -> str:
@@ -2318,12 +2335,9 @@ class RelevanceMode(TorchFunctionMode):
         vanishes unseen, so that is told here."""
         name = _op_name(func)
         if name in ("requires_grad_", "requires_grad.__set__") and args[0].requires_grad:
-            warnings.warn(
-                f"LRP: '{name}' in {self.where()} makes a detached copy of a signal (t.detach(), t.data) require "
-                "gradients: it is a new leaf of autograd, and the relevance that reaches it reaches no input and "
-                "is not accounted for (the explanation's residual holds it). Leave it detached (a constant of "
-                "the explanation, whose share is absorbed), or use the tensor itself to explain through it.",
-                RuntimeWarning, stacklevel=4)
+            # told where the explained output depends on it (check_functions): a copy for work of the
+            # forward's own (a gradient penalty it computes aside) takes no relevance
+            self._cut_leaves[args[0]] = f"'{name}' in {self.where()}"
         elif name in COPIES and isinstance(out, Tensor) and not out.requires_grad:
             self._cut[out] = True
 
