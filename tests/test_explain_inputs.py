@@ -1159,6 +1159,20 @@ def test_a_write_into_the_explained_input_says_to_write_on_a_copy():
     x, edge_index = DATA["x"].detach().double(), DATA["edge_index"]  # (another test may leave it requiring grad)
     with pytest.raises(lrp.UnsupportedOpError, match=r"writes in place into an explained input.*x = x.clone\(\)"):
         lrp.explain(CopiesARowOfX(False).double().eval(), x, edge_index, index=3)
+    # a number written into x where no map can stand for it (the op-level Pass rule around the write):
+    # refused the same way (before, the write was dropped: the explanation of x as it was)
+    class ZeroesAColumn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(F_IN, C, bias=False)
+
+        def forward(self, x, edge_index):
+            x[:, 0] = 0.0
+            return self.lin(x)
+
+    with pytest.raises(lrp.UnsupportedOpError, match=r"writes in place into an explained input"):
+        lrp.explain(ZeroesAColumn().double().eval(), x, edge_index, index=3,
+                    rules={"": lrp.rules.Pass(), "lin": lrp.rules.Epsilon(0.0)}, subgraph=False)
     model = CopiesARowOfX(True).double().eval()
     ex = lrp.explain(model, x, edge_index, index=3, rules=lrp.rules.Epsilon(0.0), subgraph=False)
     xg = x.clone().requires_grad_()

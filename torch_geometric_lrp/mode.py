@@ -667,8 +667,9 @@ def _number_written_in_place(mode, name: str, args, kwargs):
     if written is NotImplemented:
         return NotImplemented
     if h.is_leaf:  # a watched input: torch lets no forward write into it with grad
-        origin = mode._stands_for(h, written, lambda t: t.copy_(written.detach())) if written in mode._maps \
-            else h
+        if written not in mode._maps:  # (under an op-level rule) nothing could stand for it: autograd refuses it
+            return NotImplemented
+        origin = mode._stands_for(h, written, lambda t: t.copy_(written.detach()))
         return None if name == "__setitem__" else origin
     with torch.enable_grad():
         h.copy_(written)  # as autograd runs the write: views of h made before it follow it
@@ -1543,7 +1544,8 @@ class RelevanceMode(TorchFunctionMode):
         ``_MIXING``: an element-wise product with a weight on the way to a
         gate, as GAT's attention scores ``(x W) * a``, is no path of the map.)"""
         weighted = any(r == "weight" for _, r in operands)
-        again = weighted and name in _MIXING and any(r == "signal" and t in self._weighted for t, r in operands)
+        continued = any(r == "signal" and t in self._weighted for t, r in operands)
+        again = weighted and continued and name in _MIXING
         negative = any(r == "gate" and t.is_floating_point() and t.layout == torch.strided and
                        bool((_value_of(t) < 0).any()) for t, r in operands)
         if (again or negative) and not self._zbox_told:
@@ -1554,7 +1556,7 @@ class RelevanceMode(TorchFunctionMode):
                 "negative gate can flip a path's sign after that, so the relevance is not ZBox's on the merged "
                 "map. Give ZBox a layer with one weight and non-negative gates (the input layer of GCN, SAGE, "
                 "GIN), or another rule here.", RuntimeWarning, stacklevel=4)
-        return weighted or any(r == "signal" and t in self._weighted for t, r in operands)
+        return weighted or continued
 
     def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list):
         r"""Linear op ``name`` under a ``signed`` rule (see
@@ -2332,7 +2334,8 @@ class RelevanceMode(TorchFunctionMode):
         pass). Its copies are such copies too; one the forward makes require
         gradients again is a new leaf of autograd, neither an input nor a
         constant the accounting measures: the relevance that reaches it
-        vanishes unseen, so that is told here."""
+        vanishes unseen. Recorded here, and told by :meth:`check_functions`
+        where the explained output depends on it."""
         name = _op_name(func)
         if name in ("requires_grad_", "requires_grad.__set__") and args[0].requires_grad:
             # told where the explained output depends on it (check_functions): a copy for work of the

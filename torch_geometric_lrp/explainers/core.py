@@ -80,8 +80,8 @@ class Settings:
     # A residual warning was given (one per call; see warn_if_not_conserved).
     residual_warned: bool = False
     # A batch of several targets' copies passed the check with unrelated nodes
-    # added (on_cut's copies): the model reads no statistic of the whole graph
-    # that those nodes change, so the later batches of the call skip it.
+    # added (on_cut's copies), or the model cannot run on those nodes: the
+    # later batches of the call skip it (it would tell them nothing new).
     copies_checked: bool = False
     # The length of ``index`` where it is a boolean mask (targets.mask_rows),
     # checked against the output's rows once the forward has run.
@@ -793,15 +793,15 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
     slim = lean(c, flow) if settings.lean and not lean_cut else None
     run, keep = (c, None) if slim is None else slim
     with Pass(model, settings) as p:
+        def with_unrelated(ctx):  # the model's output on the cut with unrelated nodes added
+            return p.plain(context_features(x, ctx), ctx.edge_index, context_inputs(kwargs, ctx, n, e))
         try:
             check = reference if reference is not None else p.plain(x, edge_index, kwargs) if context is None \
-                else p.plain(context_features(x, context), context.edge_index,
-                             context_inputs(kwargs, context, n, e))
+                else with_unrelated(context)
         except Exception as error:  # the model cannot run on the check's input: no proof
             check = error
         try:
-            check_also = None if also is None else \
-                p.plain(context_features(x, also), also.edge_index, context_inputs(kwargs, also, n, e))
+            check_also = None if also is None else with_unrelated(also)
         except Exception as error:  # noqa: BLE001 (no proof: decided below)
             check_also = error
         inputs = slice_inputs(kwargs, run, n, e)[0]
