@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_geometric.explain import Explainer
-from torch_geometric.nn import GCNConv, SAGEConv
+from torch_geometric.nn import GCNConv, GraphConv, SAGEConv
 
 import torch_geometric_lrp as lrp
 from explain_cases import (C, DATA, F_IN, GCN, HID, N, Model, assert_conserved, assert_same_explanation, build,
@@ -253,6 +253,37 @@ def test_sparse_adjacency_node_relevance(make):
     torch.testing.assert_close(explanation.node_mask, reference.node_mask, rtol=1e-4, atol=1e-5)
     assert explanation.score == pytest.approx(reference.score, rel=1e-6)
     assert "edge_mask" not in explanation or explanation.get("edge_mask") is None
+
+
+def test_uncoalesced_sparse_adjacency():
+    """A ``torch.sparse_coo_tensor`` as built (not coalesced, here with a
+    duplicate entry) runs the model, and so is explained: as its coalesced
+    copy, which gives the same output, and as the same edges given as an
+    edge list (a duplicate edge twice). Before, the pass failed inside PyG's
+    ``collect`` (``adj.indices()`` on an uncoalesced tensor). The user's
+    adjacency is left as it was."""
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = GraphConv(F_IN, C)
+
+        def forward(self, x, adj):
+            return self.conv(x, adj)
+
+    model = Net().double().eval()
+    x, edge_index, _ = inputs("node")
+    x = x.double()
+    edges = torch.cat([edge_index, edge_index[:, :1]], dim=1)  # one edge twice
+    adj = torch.sparse_coo_tensor(edges.flip(0), torch.ones(edges.shape[1], dtype=torch.float64), (N, N))
+    assert not adj.is_coalesced()
+    target = int(edge_index[1, 0])
+    explanation = lrp.explain(model, x, adj, index=target, edge_mask_type=None)
+    reference = lrp.explain(model, x, edges, index=target)
+    torch.testing.assert_close(explanation.node_mask, reference.node_mask, rtol=1e-10, atol=1e-12)
+    assert explanation.score == pytest.approx(reference.score, rel=1e-12)
+    assert not adj.is_coalesced() and adj._nnz() == edges.shape[1]
 
 
 # ---------------------------------------------------------------------------

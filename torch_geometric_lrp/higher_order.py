@@ -770,9 +770,12 @@ def walks(
         largest ``|relevance|`` first; with ``top_k=None`` they sum to
         ``relevance_total``, the first-order relevance of ``x``.
 
-    The walks are computed on the graph passed in: for one node of a large
-    graph, pass its computation subgraph (``torch_geometric.utils.k_hop_subgraph``
-    with one hop more than the model has layers, so degrees stay right).
+    A node-level target is explained on its computation subgraph, cut as
+    :func:`explain` cuts it, where that is at most half the graph and proves
+    itself (the target's output equals the full graph's and no relevance
+    reaches the nodes kept for the degrees only); a cut that fails the proof
+    falls back to the whole graph with a ``SubgraphWarning``. Walks and
+    their node ids are those of the graph passed in either way.
     """
     top_k, max_walks = whole(top_k), whole(max_walks)
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):

@@ -119,10 +119,17 @@ class Relevance:
 
 def _usable(value):
     """Tensors made under ``torch.inference_mode()`` cannot be saved for a
-    backward: a normal copy of those (others as they are)."""
+    backward: a normal copy of those. A ``torch.sparse`` COO adjacency that
+    is not coalesced: its coalesced copy (duplicates summed, as every sparse
+    product sums them), since the pass runs message passing through PyG's
+    ``collect``, which reads ``adj.indices()``, where torch refuses an
+    uncoalesced tensor (the model's fused sparse product does not). Others
+    as they are."""
     if isinstance(value, Tensor) and value.is_inference():
         with torch.inference_mode(False):
-            return value.clone()
+            value = value.clone()
+    if isinstance(value, Tensor) and value.layout == torch.sparse_coo and not value.is_coalesced():
+        return value.coalesce()
     return value
 
 
