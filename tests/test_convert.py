@@ -779,6 +779,53 @@ def test_a_rule_keyed_by_a_second_name_of_a_module_names_the_first():
         lrp.convert(model, rules={"convs.1": lrp.rules.Epsilon()})
 
 
+class FirstAndList(torch.nn.Module):
+    """A GraphConv registered as ``first`` and again as ``convs.0``."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = pyg_nn.GraphConv(6, 6)
+        self.convs = torch.nn.ModuleList([self.first, pyg_nn.GraphConv(6, 6), pyg_nn.GraphConv(6, 6)])
+
+    def forward(self, x, edge_index):
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+        return x
+
+
+def test_a_glob_that_reaches_a_module_only_at_its_second_name_is_refused():
+    """``"convs.*"`` matches ``convs.0``, the module resolved at its first
+    name ``first``: before, the glob's rule silently skipped it (it kept the
+    default rule, a node mask 0.8 off that of keying all three layers)."""
+    torch.manual_seed(0)
+    model = FirstAndList().double().eval()
+    eps = lrp.rules.Epsilon(0.0)
+    with pytest.raises(ValueError, match=r"rules: 'convs\.\*' matches 'convs\.0', which is the module 'first'"):
+        resolve_rules(model, {"convs.*": eps})
+    x, edge_index = torch.randn(10, 6, dtype=torch.float64), torch.randint(0, 10, (2, 30))
+    with pytest.raises(ValueError, match="Key it by 'first' as well"):
+        lrp.explain(model, x, edge_index, index=2, rules={"convs.*": eps})
+    # keyed at its first name as well, the glob covers the others
+    given = lrp.explain(model, x, edge_index, index=2, rules={"first": eps, "convs.*": eps})
+    every = lrp.explain(model, x, edge_index, index=2, rules={"first": eps, "convs.1": eps, "convs.2": eps})
+    torch.testing.assert_close(given.node_mask, every.node_mask, rtol=0, atol=0)
+    assert resolve_rules(model, {"first": eps, "convs.*": eps})["first"] is eps
+
+
+def test_an_lrp_layer_and_its_pyg_layer_are_one_key_given_one_rule():
+    """Before, both keys with different rules were merged silently, the one
+    later in the dict winning."""
+    model = torch.nn.Sequential()
+    model.conv = pyg_nn.GCNConv(4, 5)
+    eps, gamma = lrp.rules.Epsilon(0.0), lrp.rules.Gamma(0.5)
+    for rules in ({lrp.nn.GCNConv: eps, pyg_nn.GCNConv: gamma}, {pyg_nn.GCNConv: gamma, lrp.nn.GCNConv: eps}):
+        with pytest.raises(ValueError, match=r"rules: torch_geometric.*GCNConv and torch_geometric.*GCNConv are one "
+                                             r"key .* given two rules"):
+            resolve_rules(model, rules)
+    same = resolve_rules(model, {lrp.nn.GCNConv: eps, pyg_nn.GCNConv: lrp.rules.Epsilon(0.0)})
+    assert same["conv"] == eps
+
+
 def test_casting_after_convert_keeps_buffers_shared():
     """.double() replaces buffers (running statistics): the converted model
     shares the original's buffer dicts, so both see the new ones. Before,

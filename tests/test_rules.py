@@ -136,6 +136,21 @@ def test_zbox_by_hand():
     torch.testing.assert_close(x.grad, torch.tensor([[0.5, 0.5]]))
 
 
+def test_zbox_warns_where_the_input_leaves_its_bounds():
+    """z^B's terms are signed as the rule means only for low <= x <= high;
+    before, inputs outside the bounds ran without a word. Per-feature
+    bounds name the entry that leaves them, not the input's extreme."""
+    w = torch.tensor([[1.0, -1.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        L.linear(torch.tensor([[0.0, 2.0]], requires_grad=True), w, rule=rules.ZBox(0.0, 2.0)).sum().backward()
+    with pytest.warns(RuntimeWarning, match=r"ZBox: the input of the map it governs reaches 2.5, above high \(1 "):
+        L.linear(torch.tensor([[2.5, 1.0]], requires_grad=True), w, rule=rules.ZBox(0.0, 2.0)).sum().backward()
+    bounded = rules.ZBox(torch.tensor([0.0, -9.0]), torch.tensor([1.0, 1.0]))
+    with pytest.warns(RuntimeWarning, match=r"reaches -0.5, below low"):
+        L.linear(torch.tensor([[-0.5, -8.0]], requires_grad=True), w, rule=bounded).sum().backward()
+
+
 def test_alpha_beta_rejects_non_conserving_parameters():
     with pytest.raises(ValueError, match="alpha - beta must equal 1"):
         rules.AlphaBeta(alpha=2, beta=2)

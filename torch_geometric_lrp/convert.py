@@ -189,7 +189,17 @@ def composite(rules) -> dict:
         check_rule(value)
     # a torch_geometric_lrp.nn layer stands for the PyG layer of the same name, which a model
     # explained as it is holds (lrp.convert swaps in the subclass, an instance of both)
-    return {_PYG_LAYER.get(k, k) if isinstance(k, type) else k: v for k, v in rules.items()}
+    merged, given = {}, {}
+    for key, value in rules.items():
+        same = _PYG_LAYER.get(key, key) if isinstance(key, type) else key
+        if same in merged and merged[same] != value:
+            first = given[same]
+            raise ValueError(
+                f"rules: {first.__module__}.{first.__qualname__} and {key.__module__}.{key.__qualname__} are one "
+                f"key (the LRP layer stands for the PyG layer it mirrors), given two rules, {merged[same]!r} and "
+                f"{value!r}. Give the layer one rule.")
+        merged[same], given[same] = value, key
+    return merged
 
 
 def unused_types(rules, modules) -> tuple:
@@ -400,7 +410,33 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
             continue
         resolved[name] = rule
         inherited.add(name)
+    _check_glob_aliases(model, named, by_name, resolved)
     return resolved
+
+
+def _check_glob_aliases(model: torch.nn.Module, named: list, by_name: dict, resolved: dict) -> None:
+    """A module registered under a second name (``self.first`` and
+    ``self.convs[0]``) has one rule, resolved at its first name. A glob key
+    that matches it only at its second name (``"convs.*"``) would be left
+    out there without a word; refused, unless its first name has a key of
+    its own (the most specific key, which wins) or resolves to the glob's
+    rule anyway."""
+    globs = {k: v for k, v in by_name.items() if any(c in k for c in "*?[")}
+    if not globs:
+        return
+    first_names = {id(m): n for n, m in named}
+    for name, module in model.named_modules(remove_duplicate=False):
+        first = first_names.get(id(module))
+        if first is None or first == name or first in by_name:
+            continue
+        parent = name.rpartition(".")[0] if name else None
+        rule = _glob_rule(name, globs, parent)
+        if rule is not None and resolved.get(first) is not rule:
+            pattern = next(k for k, v in globs.items() if v is rule and fnmatch.fnmatchcase(name, k))
+            raise ValueError(
+                f"rules: {pattern!r} matches {name!r}, which is the module {first!r} registered under a second "
+                f"name (one module, its weights tied); a module has one rule, resolved at its first name, which "
+                f"this key does not match. Key it by {first!r} as well (its own key wins).")
 
 
 def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]] = None) -> torch.nn.Module:

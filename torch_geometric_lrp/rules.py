@@ -578,11 +578,22 @@ class ZBox(Rule):
     def _bound(self, value, name: str, x: Tensor) -> Tensor:
         bound = torch.as_tensor(value, dtype=x.dtype, device=x.device)
         try:
-            return bound.expand_as(x)
+            bound = bound.expand_as(x)
         except RuntimeError:
             raise ValueError(f"ZBox: {name} of shape {tuple(bound.shape)} does not broadcast to the input of the "
                              f"map it governs, of shape {tuple(x.shape)}: give one bound per input feature (the "
                              f"last dimension), or a number.") from None
+        outside = (x < bound) if name == "low" else (x > bound)
+        if x.is_floating_point() and bool(outside.any()):
+            # z^B's terms x w - l w+ - h w- are signed as the rule means only for l <= x <= h
+            found = (x[outside].min() if name == "low" else x[outside].max()).item()
+            side = "below low" if name == "low" else "above high"
+            warnings.warn(
+                f"ZBox: the input of the map it governs reaches {found:.4g}, {side} ({int(outside.sum())} "
+                f"entries): the rule assumes low <= x <= high, and outside the bounds its "
+                f"relevance is not the z^B rule's. Give the bounds of the data (for example low=x.min(0).values, "
+                f"high=x.max(0).values).", RuntimeWarning, stacklevel=2)
+        return bound
 
     def streams(self):
         return (Stream(_same, _same, _zero), Stream(self._low, _positive, _zero),
