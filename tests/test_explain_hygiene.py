@@ -934,3 +934,25 @@ def test_a_forward_that_fails_with_a_cache_keeps_its_error_as_the_cause():
     finally:
         handle.remove()
     assert isinstance(raised.value.__cause__, RuntimeError) and "out of memory" in str(raised.value.__cause__)
+
+
+def test_one_lrp_connected_to_a_second_explainer_with_other_settings_warns():
+    """PyG hands an algorithm the settings of the Explainer built with it; an
+    lrp.LRP() given to a second Explainer with other settings changes what the
+    first explains (its node mask became [N, 1], its edge mask went), which
+    was silent before. Same settings again: no warning."""
+    model = build("gcn")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    algorithm = lrp.LRP()
+    config = dict(mode="multiclass_classification", task_level="node", return_type="raw")
+    Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="attributes",
+              edge_mask_type="object", model_config=config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="attributes",
+                         edge_mask_type="object", model_config=config)
+    with pytest.warns(RuntimeWarning, match=r"connected to an Explainer with other settings before.*Give each "
+                                            r"Explainer its own lrp.LRP\(\)"):
+        Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="object",
+                  edge_mask_type=None, model_config=config)
+    assert same(x, edge_index, index=3).node_mask.shape == (x.shape[0], 1)  # what the warning says

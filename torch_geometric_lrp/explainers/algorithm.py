@@ -1,6 +1,7 @@
 """``lrp.LRP``: Layer-wise Relevance Propagation as a PyG ``ExplainerAlgorithm``."""
 from __future__ import annotations
 
+import warnings
 from typing import Optional, Union
 
 import torch
@@ -98,6 +99,21 @@ class LRP(ExplainerAlgorithm):
                               (result.absorbed, result.lost), explainer.node_mask_type,
                               explainer.edge_mask_type, self.mask, total=result.total,
                               embedding=result.embedding, flow=message_flow(model))
+
+    def connect(self, explainer_config, model_config) -> None:
+        """PyG's :class:`~torch_geometric.explain.Explainer` hands its settings
+        to the algorithm when it is built; an algorithm holds one Explainer's
+        (PyG's own do too). Connected again with other settings, an earlier
+        Explainer built with this ``LRP`` would explain with the new ones (its
+        mask types, its mode) without a word: that is warned about."""
+        before = (getattr(self, "_explainer_config", None), getattr(self, "_model_config", None))
+        super().connect(explainer_config, model_config)
+        if before[0] is not None and before != (self._explainer_config, self._model_config):
+            warnings.warn(
+                "LRP: this lrp.LRP() was connected to an Explainer with other settings before. An algorithm holds "
+                "the settings of the last Explainer built with it, so an earlier Explainer built with it now "
+                "explains with these (mask types, mode, return type). Give each Explainer its own lrp.LRP().",
+                RuntimeWarning, stacklevel=3)
 
     def supports(self) -> bool:
         node_mask_type = self.explainer_config.node_mask_type
