@@ -591,6 +591,47 @@ def residual_tolerance(dtype: Optional[torch.dtype]) -> float:
     return max(RESIDUAL_WARNING, 16 * torch.finfo(dtype).eps)
 
 
+#: Relevance amplified this many times over the score, at least, before the
+#: float error it implies is told (see :func:`warn_if_ill_conditioned`).
+ILL_CONDITIONED_AMPLIFICATION = 100.0
+#: ... and the float error it implies (amplification times the dtype's eps)
+#: above which it is told.
+ILL_CONDITIONED_ERROR = 1e-3
+
+
+def warn_if_ill_conditioned(model: torch.nn.Module, score: float, total: float, absorbed: float, lost: float,
+                            what: str = "", magnitude: float = 0.0, dtype: Optional[torch.dtype] = None) -> bool:
+    r"""Warn (and return ``True``) where the accounting adds up but the parts
+    are many times the score they add up to, :math:`a = (|	ext{inputs}| +
+    |	ext{absorbed}| + |	ext{lost}|) / |	ext{score}|`, so that the
+    dtype's rounding, amplified as much, can move the masks: a stabiliser
+    that divides by a nearly cancelled pre-activation (a sum of terms of
+    size 1 that comes to 1e-6, before a sigmoid) gives relevance of that
+    size, and float32's error in the small sum becomes a relative error of
+    several percent in the masks, while each dtype's own accounting still
+    adds up. Told where :math:`a > 100` and :math:`a \cdot \epsilon_\text{dtype}
+    > 10^{-3}` (float32: :math:`a > 8.4 \cdot 10^3`; float64 practically
+    never)."""
+    if dtype is None or not dtype.is_floating_point:
+        return False
+    reference = abs(score) + magnitude
+    parts = abs(total) + abs(absorbed) + abs(lost)
+    if reference == 0 or not math.isfinite(parts):
+        return False
+    amplification = parts / reference
+    error = amplification * torch.finfo(dtype).eps
+    if amplification <= ILL_CONDITIONED_AMPLIFICATION or error <= ILL_CONDITIONED_ERROR:
+        return False
+    warnings.warn(f"LRP: the relevance of {type(unwrap(model)).__name__}{what} is {amplification:.3g} times the "
+                  f"score it adds up to (score {score:.6g} = inputs {total:.6g} + absorbed {absorbed:.6g} + lost "
+                  f"{lost:.6g}): a rule divided by nearly cancelled pre-activations, and {dtype} rounding, "
+                  f"amplified as much, can move the masks by {error:.2g} of their size or more (more where one "
+                  f"denominator cancels further). Explain a float64 "
+                  f"copy (model.double(), x.double()) for exact masks, or give those layers a larger stabiliser "
+                  f"(Epsilon(0.01) or more).", RuntimeWarning, stacklevel=4)
+    return True
+
+
 def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, absorbed: float, lost: float,
                           what: str = "", magnitude: float = 0.0, dtype: Optional[torch.dtype] = None) -> bool:
     """Warn (and return ``True``) where the accounting does not add up:
@@ -609,7 +650,7 @@ def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, ab
     residual = score - total - absorbed - lost
     scale = abs(score) + abs(total) + abs(absorbed) + abs(lost) + magnitude
     if abs(residual) <= residual_tolerance(dtype) * scale + 1e-9:
-        return False
+        return warn_if_ill_conditioned(model, score, total, absorbed, lost, what, magnitude, dtype)
     if math.isfinite(total) and not (math.isfinite(absorbed) and math.isfinite(lost)):
         # NaN in what biases, constants or stabilisers kept, finite inputs: the forward made NaN
         # values that the model then replaced (attention over an empty set, PyG's nan_to_num), and
