@@ -934,3 +934,102 @@ def test_a_model_returning_a_dict_is_told_what_to_return():
     edge_index = {("a", "to", "b"): torch.tensor([[0, 1], [1, 2]]), ("b", "to", "a"): torch.tensor([[0, 2], [1, 0]])}
     with pytest.raises(TypeError, match=r"must return one tensor, got dict\. .*out\['paper'\]"):
         lrp.explain(PerType().eval(), x, edge_index, index=0, mode="multiclass_classification")
+
+
+# ---------------------------------------------------------------------------
+# Edge masks: layers over reversed edges, and edges the model joins itself
+# ---------------------------------------------------------------------------
+def _message_relevance(layers, run):
+    """Per message, message * d score / d message (LRP-0 on a bias-free ReLU
+    model), in the order of each layer's messages, summed over the calls."""
+    weights, hooks = [], []
+    for layer in layers:
+        def scale(module, inputs, out):
+            weights.append(torch.ones(out.shape[0], dtype=out.dtype, requires_grad=True))
+            return out * weights[-1].view(-1, 1)
+        hooks.append(layer.register_message_forward_hook(scale))
+    try:
+        score = run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return torch.autograd.grad(score, weights)
+
+
+def test_dirgnn_conv_out_in_a_hetero_model_books_message_k_on_edge_k():
+    """DirGNNConv's conv_out propagates over the input edges reversed: its
+    message k belongs to input edge k, as on a homogeneous graph. In a
+    HeteroConv it was booked by pairs instead, on the reciprocal edge where
+    there is one, without a word."""
+    from torch_geometric.nn import DirGNNConv
+    torch.manual_seed(0)
+    convs = [DirGNNConv(GraphConv(3, 4, bias=False), root_weight=False).double(),
+             DirGNNConv(GraphConv(4, 4, bias=False), root_weight=False).double()]
+    head = torch.nn.Linear(4, 3, bias=False).double()
+    et = ("paper", "cites", "paper")
+
+    class Het(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2, self.head = HeteroConv({et: convs[0]}), HeteroConv({et: convs[1]}), head
+
+        def forward(self, x_dict, edge_index_dict):
+            h = {k: v.relu() for k, v in self.c1(x_dict, edge_index_dict).items()}
+            return self.head(self.c2(h, edge_index_dict)["paper"])
+
+    x = torch.randn(5, 3, dtype=torch.float64)
+    ei = torch.tensor([[1, 0, 2, 3, 4, 0], [0, 1, 0, 1, 3, 2]])  # (1,0)/(0,1) and (2,0)/(0,2) both ways
+    model = Het()
+    out = model({"paper": x}, {et: ei})
+    per_layer = _message_relevance([m for c in convs for m in (c.conv_in, c.conv_out)],
+                                   lambda: model({"paper": x}, {et: ei})[0, out[0].argmax()])
+    reference = sum(per_layer)
+    explanation = lrp.explain(model, {"paper": x}, {et: ei}, index=0, rules=lrp.rules.Epsilon(0.0))
+    torch.testing.assert_close(explanation[et].edge_mask, reference, rtol=1e-10, atol=1e-12)
+
+
+class JoinsItsEdges(torch.nn.Module):
+    """Numbers the node types as one graph and joins the edge types itself
+    (in ``order``), then runs homogeneous layers."""
+
+    def __init__(self, order):
+        super().__init__()
+        self.order = order
+        self.c1, self.c2 = GraphConv(3, 4, bias=False), GraphConv(4, 4, bias=False)
+        self.head = torch.nn.Linear(4, 3, bias=False)
+
+    def forward(self, x_dict, edge_index_dict):
+        types = sorted(x_dict)
+        offset = dict(zip(types, torch.tensor([0] + [x_dict[t].shape[0] for t in types]).cumsum(0).tolist()))
+        x = torch.cat([x_dict[t] for t in types])
+        edge_types = self.order(list(edge_index_dict))
+        edges = torch.cat([edge_index_dict[t] + torch.tensor([[offset[t[0]]], [offset[t[2]]]]) for t in edge_types], 1)
+        h = self.c2(self.c1(x, edges).relu(), edges)
+        return self.head(h[offset["paper"]:offset["paper"] + x_dict["paper"].shape[0]])
+
+
+def test_edges_a_model_joins_itself_are_booked_on_their_types_or_not_at_all():
+    """Joined in the input's order and numbered as one graph, each type's
+    messages land on its own edges. Joined in another order where each
+    type's block is a shifted copy of the other's (here the same two edges),
+    they were booked on the other type, silently: now on no input edge,
+    with the documented warning."""
+    g = torch.Generator().manual_seed(0)
+    x = {"paper": torch.randn(4, 3, generator=g, dtype=torch.float64),
+         "author": torch.randn(3, 3, generator=g, dtype=torch.float64)}
+    edges = {("paper", "cites", "paper"): torch.tensor([[0, 1], [1, 2]]),
+             ("author", "writes", "paper"): torch.tensor([[0, 1], [1, 2]])}
+    for order, booked in ((lambda types: types, True), (sorted, False)):
+        torch.manual_seed(0)
+        model = JoinsItsEdges(order).double()
+        out = model(x, edges)
+        reference = sum(_message_relevance([model.c1, model.c2], lambda: model(x, edges)[2, out[2].argmax()]))
+        if booked:
+            explanation = lrp.explain(model, x, edges, index=2, rules=lrp.rules.Epsilon(0.0))
+            torch.testing.assert_close(torch.cat([explanation[t].edge_mask for t in order(list(edges))]), reference,
+                                       rtol=1e-10, atol=1e-12)
+        else:
+            with pytest.warns(RuntimeWarning, match="could not be booked on an input edge type"):
+                explanation = lrp.explain(model, x, edges, index=2, rules=lrp.rules.Epsilon(0.0))
+            for t in edges:
+                assert torch.equal(explanation[t].edge_mask, torch.zeros(2, dtype=torch.float64))

@@ -345,19 +345,25 @@ class EdgeRelevance:
         if key is None:
             same = [k for k, e in inputs.items() if e is edges]
             key = same[0] if len(same) == 1 else None
+        reversed_edges = id(layer) in self._reversed
         if key is not None:
-            return [(key, route(inputs[key], edges))]
+            return [(key, route(inputs[key], edges, reversed_edges=reversed_edges))]
         if given is not None and given[0] == "dict":
+            # the layer got the edge dict and joined its types' edges in its order (HGTConv)
             located = _concatenation({k: inputs[k] for k in given[1]}, edges)
             if located:
                 return located
-        located = _concatenation(inputs, edges)
+        # a layer given no dict, over edges the model joined itself in the input's order, numbered as
+        # one graph: one offset per node type, as a source and as a destination alike (a shift per
+        # block alone also takes blocks joined in another order where types have one edge each, or
+        # edges that are shifted copies of each other's, and books them on the wrong type)
+        located = _concatenation(inputs, edges, one_numbering=True)
         if located:
             return located
         starts = [k for k, e in inputs.items() if e.shape[1] and e.shape[1] <= edges.shape[1]
                   and torch.equal(edges[:, :e.shape[1]], e)]
         if len(starts) == 1:  # one type's edges, then more (self-loops the layer added)
-            return [(starts[0], route(inputs[starts[0]], edges))]
+            return [(starts[0], route(inputs[starts[0]], edges, reversed_edges=reversed_edges))]
         self.unrouted_layers.append(type(layer).__name__)
         everything = torch.arange(edges.shape[1], device=edges.device)
         empty = edges.new_empty(0)
@@ -477,18 +483,26 @@ def _rows(value, node_dim: int) -> Optional[int]:
     return value.shape[node_dim]
 
 
-def _concatenation(inputs: dict, edges: Tensor) -> list:
+def _concatenation(inputs: dict, edges: Tensor, one_numbering: bool = False) -> list:
     """``[(edge_type, Routing)]`` where ``edges`` is every type's edges in
     order, each block shifted by constant node offsets (one propagate over
-    all types, as ``HGTConv`` builds it); ``[]`` otherwise."""
+    all types, as ``HGTConv`` builds it, its sources numbered per edge type);
+    ``[]`` otherwise. ``one_numbering``: the offsets must also number the
+    node types as one graph, one offset per node type whether it is a
+    source or a destination."""
     if edges.shape[1] != sum(e.shape[1] for e in inputs.values()):
         return []
     located, start = [], 0
     empty = edges.new_empty(0)
+    offsets: dict = {}
     for key, e in inputs.items():
         shift = edges[:, start:start + e.shape[1]] - e
         if e.shape[1] and not bool((shift == shift[:, :1]).all()):
             return []
+        if e.shape[1] and one_numbering:
+            for node_type, offset in zip((key[0], key[-1]), shift[:, 0].tolist()):
+                if offsets.setdefault(node_type, offset) != offset:
+                    return []
         located.append((key, Routing(slice(start, start + e.shape[1]), slice(0, e.shape[1]), empty, empty, empty)))
         start += e.shape[1]
     return located
