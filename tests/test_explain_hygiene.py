@@ -956,3 +956,35 @@ def test_one_lrp_connected_to_a_second_explainer_with_other_settings_warns():
         Explainer(model, algorithm=algorithm, explanation_type="model", node_mask_type="object",
                   edge_mask_type=None, model_config=config)
     assert same(x, edge_index, index=3).node_mask.shape == (x.shape[0], 1)  # what the warning says
+
+
+def test_an_interrupt_while_the_edge_hooks_are_set_leaves_no_hook(monkeypatch):
+    """EdgeRelevance is entered through an exit stack, which registers its
+    exit only once its enter returns: an exception (Ctrl-C) raised inside
+    the enter left its hooks on every layer, and a global forward pre-hook
+    that went on hooking the message-passing layers of every model run later
+    in the thread."""
+    from torch.nn.modules import module as torch_modules
+
+    from torch_geometric_lrp import mode as relevance_mode
+
+    def hooks(model):
+        return sum(len(getattr(m, a, {})) for m in model.modules() for a in
+                   ("_forward_pre_hooks", "_forward_hooks", "_propagate_forward_pre_hooks", "_message_forward_hooks",
+                    "_aggregate_forward_pre_hooks"))
+
+    model = build("gcn")
+    x, edge_index = DATA["x"], DATA["edge_index"]
+    track = relevance_mode.RelevanceMode.track_columns
+
+    def interrupted(self, edges):
+        if edges is not None:  # the enter's last step
+            raise KeyboardInterrupt
+        return track(self, edges)
+
+    monkeypatch.setattr(relevance_mode.RelevanceMode, "track_columns", interrupted)
+    before = len(torch_modules._global_forward_pre_hooks)
+    with pytest.raises(KeyboardInterrupt):
+        lrp.explain(model, x, edge_index, index=3)
+    assert hooks(model) == 0
+    assert len(torch_modules._global_forward_pre_hooks) == before

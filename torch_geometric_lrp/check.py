@@ -263,12 +263,12 @@ def check_conservation(
         for name, attr in targets:
             _add(name, attr, relevance)
 
-    for name, module in model.named_modules():
-        if name:
-            pre, post = watch(name)
-            hooks.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-            hooks.append(module.register_forward_hook(post))
-    try:
+    try:  # (the hooks inside it, so that an interrupt while they are set leaves none behind)
+        for name, module in model.named_modules():
+            if name:
+                pre, post = watch(name)
+                hooks.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+                hooks.append(module.register_forward_hook(post))
         with RelevanceAudit() as audit, relevance_pass(model, strict=False, rules=rules) as mode:
             out = model(*args, **kwargs)
             outputs = _tensors(out)

@@ -2758,9 +2758,10 @@ def _prepare(module: torch.nn.Module, undo: list) -> None:
     """What the pass needs of one module (see :func:`_prepared`), with how
     to undo it appended to ``undo``."""
     from .nn.conv import SWAPPABLE  # late: nn imports this module
+    # (each undo is recorded before its change: an interrupt in between leaves nothing changed unrecorded)
     if module.training:
-        module.training = False
         undo.append((module, "training", True))
+        module.training = False
     for attr in ("_backward_hooks", "_backward_pre_hooks"):
         # The user's module backward hooks (gradient monitors, per-sample
         # gradients) would be called with relevance, and what they return
@@ -2772,8 +2773,8 @@ def _prepare(module: torch.nn.Module, undo: list) -> None:
             object.__setattr__(module, attr, OrderedDict())
     for attr, off in (("fuse", False), ("cached", False), ("_explain", False)):
         if _attribute(module, attr) is True:
-            object.__setattr__(module, attr, off)
             undo.append((module, attr, True))
+            object.__setattr__(module, attr, off)
     if _attribute(module, "cached") is not None:
         # GCNConv reads _cached_* whenever it is set, whatever `cached` says
         for key in [k for k, v in vars(module).items() if k.startswith("_cached_") and v is not None]:

@@ -214,16 +214,20 @@ class EdgeRelevance:
     def __enter__(self) -> "EdgeRelevance":
         self._thread = threading.get_ident()
         self._hooked: set[int] = set()
-        for layer in self._layers:
-            self._hook(layer)
-        for pool in self._pools:
-            self._hooks.append(pool.register_forward_hook(self._after_pooling))
-        # layers the forward reaches outside the model (a module called from
-        # a global function): hooked when they first run
-        self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._discover))
-        mode = current_mode()
-        if mode is not None:  # which input edges (of which type) a layer's selection of columns holds
-            mode.track_columns(self._inputs)
+        try:  # (an exit stack registers __exit__ only once this returns: undone here if it raises)
+            for layer in self._layers:
+                self._hook(layer)
+            for pool in self._pools:
+                self._hooks.append(pool.register_forward_hook(self._after_pooling))
+            # layers the forward reaches outside the model (a module called from
+            # a global function): hooked when they first run
+            self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(self._discover))
+            mode = current_mode()
+            if mode is not None:  # which input edges (of which type) a layer's selection of columns holds
+                mode.track_columns(self._inputs)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

@@ -86,9 +86,13 @@ class Trimming:
         self._hops = layer_hops(model)
 
     def __enter__(self) -> "Trimming":
-        for module in self.model.modules():
-            if isinstance(module, MessagePassing):
-                self._hooks.append(module.register_propagate_forward_pre_hook(self._trim))
+        try:  # (undone here if it raises: an exit stack registers __exit__ only once this returns)
+            for module in self.model.modules():
+                if isinstance(module, MessagePassing):
+                    self._hooks.append(module.register_propagate_forward_pre_hook(self._trim))
+        except BaseException:
+            _remove(self._hooks)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
@@ -190,8 +194,12 @@ class Propagations:
         self._mode = current_mode()
 
     def __enter__(self) -> "Propagations":
-        for layer in self._layers.values():
-            self._hooks.append(layer.register_propagate_forward_pre_hook(self._count))
+        try:  # (undone here if it raises, as Trimming's)
+            for layer in self._layers.values():
+                self._hooks.append(layer.register_propagate_forward_pre_hook(self._count))
+        except BaseException:
+            _remove(self._hooks)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
