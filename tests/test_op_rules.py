@@ -1718,3 +1718,59 @@ def test_a_number_written_through_a_view_is_not_credited_to_the_input():
         return h @ W
 
     torch.testing.assert_close(lrp0(lambda x: fn(x, True)), lrp0(lambda x: fn(x, False)))
+
+
+class WritesRowsBack(torch.nn.Module):
+    """A Linear, then a GraphConv; ``how`` puts the Linear's rows in place:
+    directly, into a fresh buffer through a permutation (as PyG's
+    ``HeteroLinear`` does for node types out of order), by gathering the
+    permuted rows back out of place, or slice by slice into a buffer."""
+
+    def __init__(self, how: str, perm: Tensor):
+        super().__init__()
+        self.how, self.perm = how, perm
+        self.lin = torch.nn.Linear(4, 6, bias=False)
+        self.conv = pyg_nn.GraphConv(6, 3)
+
+    def forward(self, x, edge_index):
+        perm = self.perm
+        if self.how == "direct":
+            h = self.lin(x)
+        elif self.how == "into a buffer":
+            rows = self.lin(x[perm])
+            h = torch.empty_like(rows)
+            h[perm] = rows
+        elif self.how == "gathered":
+            h = self.lin(x[perm])[torch.argsort(perm)]
+        else:  # slice by slice
+            h = x.new_zeros(x.shape[0], 6)
+            h[:5] = self.lin(x[:5])
+            h[5:] = self.lin(x[5:])
+        return self.conv(h, edge_index)
+
+
+@pytest.mark.parametrize("rule", [Epsilon(0.1), Gamma(0.25), lrp.rules.ZPlus(), lrp.rules.AlphaBeta(2.0, 1.0)],
+                         ids=["eps", "gamma", "zplus", "alphabeta"])
+def test_a_map_written_into_a_buffer_goes_on_through_the_write(rule):
+    """A linear map's output copied into a constant buffer is still the map:
+    the rule sees one map whichever way the rows are put in place. Before,
+    the buffer was a constant and the map ended at the write, so a model
+    that writes rows back in another order (HeteroLinear on a subgraph,
+    whose numbering puts the node types out of order) got other relevance
+    (0.66 against 0.77 under Epsilon(0.1)) than on the full graph, and
+    explain_nodes disagreed with lrp.explain without a word."""
+    torch.manual_seed(0)
+    n = 12
+    x = torch.randn(n, 4, dtype=torch.float64)
+    edge_index = torch.randint(0, n, (2, 30))
+    perm = torch.randperm(n)
+    torch.manual_seed(1)
+    reference = WritesRowsBack("direct", perm).double().eval()
+    expected = lrp.explain(reference, x, edge_index, index=0, rules=rule, subgraph=False)
+    for how in ("into a buffer", "gathered", "slice by slice"):
+        model = WritesRowsBack(how, perm).double().eval()
+        model.load_state_dict(reference.state_dict())
+        got = lrp.explain(model, x, edge_index, index=0, rules=rule, subgraph=False)
+        torch.testing.assert_close(got.node_mask, expected.node_mask, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(got.edge_mask, expected.edge_mask, rtol=1e-10, atol=1e-12)
+        assert got.absorbed == pytest.approx(expected.absorbed, rel=1e-10, abs=1e-12)

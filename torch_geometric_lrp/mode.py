@@ -2315,6 +2315,8 @@ class RelevanceMode(TorchFunctionMode):
                 return out
         if name in _WRITES and isinstance(args[0], Tensor) and args[0].is_floating_point() and \
                 not _carries(args[0]):
+            if self._continues_into(args, kwargs):
+                return self._written_into_buffer(func, args, kwargs)
             # Relevance written into a constant (``c[mask] = x``, as in PyG's
             # add_remaining_self_loops): the constant joins the pass first, so
             # what reaches its remaining entries is measured as absorbed.
@@ -2391,6 +2393,44 @@ class RelevanceMode(TorchFunctionMode):
         end = self._register(value, rule, streams)
         origin = self._stands_for(h, end, lambda t: func(t, *a, **kw))
         return None if _op_name(func) == "__setitem__" else origin
+
+    def _continues_into(self, args, kwargs) -> bool:
+        """Whether a copy-write into a constant buffer writes the end of a map
+        of the current rule (``out = x.new_empty(...); out[perm] = lin(x)``,
+        as PyG's ``HeteroLinear`` puts rows back in order)."""
+        rule = self.current_rule()
+        if isinstance(rule, Pass) or not self._maps:
+            return False
+        for t, _ in _tensors_of(args[1:], kwargs):
+            entry = self._maps.get(t)
+            if entry is not None and entry[0] == rule:
+                return True
+        return False
+
+    def _written_into_buffer(self, func, args, kwargs):
+        r"""``func`` copies the end of a map into a constant buffer: the map
+        goes on through the write, as it goes on through the copies it is
+        made of (an index or a permutation out of place), so that the rule
+        sees one map however the rows are numbered. The buffer becomes the
+        start of a map of the current rule, its entries constants of the map
+        (the entries the write keeps absorb their share), and the write
+        continues it (:meth:`_written_map_end`). Before, the buffer was a
+        constant of the pass and the map ended at the write: a model that
+        writes its rows back in another order (``HeteroLinear`` on node
+        types out of order, as a subgraph numbers them) got other relevance
+        than the same model on its own numbering."""
+        buffer, rule = args[0], self.current_rule()
+        held = buffer.detach().clone()  # its values before the write (the user's buffer gets it)
+        with torch.enable_grad():
+            streams = [self._constant(held, stream.bias, "constant") if rule.signed else
+                       self._stream_arg(held, "input", rule, k, stream) for k, stream in enumerate(rule.streams())]
+            # (a buffer of zeros is no constant term, but the map needs its streams in the graph)
+            streams = [t if t.requires_grad else maps.constant(t, "constant") for t in streams]
+        start = self._register(held.clone(), rule, streams)
+        self._written[buffer] = start  # the buffer stands for the new map from here on (see _stands_for)
+        self._origins[start] = buffer
+        self._any_written = True
+        return self._written_map_end(func, (start, *args[1:]), kwargs)
 
     def _unreplayed(self, name: str, func, args, kwargs):
         """An in-place op into a map end that is neither a copy (replayed on
