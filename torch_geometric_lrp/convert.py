@@ -375,7 +375,9 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
 
     graph_layers = _layers(named)
     modules = dict(named)
-    unmatched = [k for k in by_name if k not in modules and not any(fnmatch.fnmatchcase(n, k) for n in modules)]
+    every_name = [n for n, _ in model.named_modules(remove_duplicate=False)]
+    unmatched = [k for k in by_name if k not in modules and not any(fnmatch.fnmatchcase(n, k) for n in modules)
+                 and not (any(c in k for c in "*?[") and any(fnmatch.fnmatchcase(n, k) for n in every_name))]
     aliases = {n: m for n, m in model.named_modules(remove_duplicate=False) if n in unmatched}
     if aliases:  # a module registered under several names has one rule: key it by its first name
         name, module = next(iter(aliases.items()))
@@ -414,6 +416,14 @@ def resolve_rules(model: torch.nn.Module, rules=None, named: Optional[list] = No
     return resolved
 
 
+def _ruleless(module: torch.nn.Module) -> bool:
+    """An activation or dropout module (``ReLU``, ``Dropout``), which runs no
+    linear op: its rule changes nothing (one shared by two parents is
+    common, ``self.act`` reused in an ``MLP``)."""
+    return type(module).__module__ in ("torch.nn.modules.activation", "torch.nn.modules.dropout") and \
+        next(module.parameters(), None) is None
+
+
 def _check_glob_aliases(model: torch.nn.Module, named: list, by_name: dict, resolved: dict) -> None:
     """A module registered under a second name (``self.first`` and
     ``self.convs[0]``) has one rule, resolved at its first name. A glob key
@@ -427,11 +437,11 @@ def _check_glob_aliases(model: torch.nn.Module, named: list, by_name: dict, reso
     first_names = {id(m): n for n, m in named}
     for name, module in model.named_modules(remove_duplicate=False):
         first = first_names.get(id(module))
-        if first is None or first == name or first in by_name:
+        if first is None or first == name or first in by_name or _ruleless(module):
             continue
         parent = name.rpartition(".")[0] if name else None
         rule = _glob_rule(name, globs, parent)
-        if rule is not None and resolved.get(first) is not rule:
+        if rule is not None and resolved.get(first) != rule:
             pattern = next(k for k, v in globs.items() if v is rule and fnmatch.fnmatchcase(name, k))
             raise ValueError(
                 f"rules: {pattern!r} matches {name!r}, which is the module {first!r} registered under a second "

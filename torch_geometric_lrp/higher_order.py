@@ -397,10 +397,13 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         inputs = kwargs if c is None else slice_inputs(kwargs, c, n, e)[0]
         hooks = []
         try:  # (the hooks inside it, so that an interrupt while they are set leaves none behind)
-            hooks += [layer.register_forward_pre_hook(enter) for layer in layers]
-            hooks += [m.register_propagate_forward_pre_hook(propagate) for m in unwrap(model).modules()
-                      if isinstance(m, MessagePassing)]
-            hooks += [layer.register_forward_hook(record) for layer in layers]
+            for layer in layers:  # (one by one: a list built first would be lost if a registration raised)
+                hooks.append(layer.register_forward_pre_hook(enter))
+            for m in unwrap(model).modules():
+                if isinstance(m, MessagePassing):
+                    hooks.append(m.register_propagate_forward_pre_hook(propagate))
+            for layer in layers:
+                hooks.append(layer.register_forward_hook(record))
             out = p.forward(x if c is None else x[c.nodes], edge_index if c is None else c.edge_index, inputs)
         finally:
             for hook in hooks:

@@ -1555,7 +1555,7 @@ class RelevanceMode(TorchFunctionMode):
                 "it chooses each input's bound by the sign of one weight (l w+ + h w-), and a second weight or a "
                 "negative gate can flip a path's sign after that, so the relevance is not ZBox's on the merged "
                 "map. Give ZBox a layer with one weight and non-negative gates (the input layer of GCN, SAGE, "
-                "GIN), or another rule here.", RuntimeWarning, stacklevel=4)
+                "GIN's aggregation with its first Linear), or another rule here.", RuntimeWarning, stacklevel=4)
         return weighted or continued
 
     def _signed_op(self, name: str, fn: Callable, rule: Rule, args, kwargs, keyed: list, roles: list):

@@ -529,8 +529,12 @@ class ZBox(Rule):
     numbers or one bound per input feature (shape ``[F]``): the same for
     every row (node), as the explainers cut and batch rows. Exact on a map
     with one weight per path and no negative gate (the input layer of GCN,
-    SAGE, GIN); elsewhere a path's sign can flip after its bound was chosen,
-    which the pass warns about.
+    SAGE; GIN's aggregation with the first ``Linear`` of its MLP, whose
+    second ``Linear``, after an activation, sees no input bounded by them:
+    key it by name with another rule, ``{"conv1": ZBox(...), "conv1.nn.2":
+    Epsilon()}``); elsewhere a path's sign can flip after its bound was
+    chosen, which the pass warns about, and an input outside the bounds is
+    warned about too.
     """
 
     low: Union[float, Tensor] = 0.0

@@ -106,9 +106,12 @@ class LRP(ExplainerAlgorithm):
         (PyG's own do too). Connected again with other settings, an earlier
         Explainer built with this ``LRP`` would explain with the new ones (its
         mask types, its mode) without a word: that is warned about."""
+        # (a deep copy carries the settings over, but no Explainer was built with the copy)
+        connected = getattr(self, "_connected_as", None) == id(self)
         before = (getattr(self, "_explainer_config", None), getattr(self, "_model_config", None))
         super().connect(explainer_config, model_config)
-        if before[0] is not None and before != (self._explainer_config, self._model_config):
+        self._connected_as = id(self)
+        if connected and before != (self._explainer_config, self._model_config):
             warnings.warn(
                 "LRP: this lrp.LRP() was connected to an Explainer with other settings before. An algorithm holds "
                 "the settings of the last Explainer built with it, so an earlier Explainer built with it now "

@@ -119,17 +119,10 @@ class Relevance:
 
 def _usable(value):
     """Tensors made under ``torch.inference_mode()`` cannot be saved for a
-    backward: a normal copy of those. A ``torch.sparse`` COO adjacency that
-    is not coalesced: its coalesced copy (duplicates summed, as every sparse
-    product sums them), since the pass runs message passing through PyG's
-    ``collect``, which reads ``adj.indices()``, where torch refuses an
-    uncoalesced tensor (the model's fused sparse product does not). Others
-    as they are."""
+    backward: a normal copy of those (others as they are)."""
     if isinstance(value, Tensor) and value.is_inference():
         with torch.inference_mode(False):
-            value = value.clone()
-    if isinstance(value, Tensor) and value.layout == torch.sparse_coo and not value.is_coalesced():
-        return value.coalesce()
+            return value.clone()
     return value
 
 
@@ -500,6 +493,49 @@ def _layer_state(model: torch.nn.Module) -> dict:
     return found
 
 
+def _coalesced(value):
+    if isinstance(value, Tensor) and value.layout == torch.sparse_coo and not value.is_coalesced():
+        return value.coalesce()
+    return value
+
+
+def coalesced_adjacency(model: torch.nn.Module, x, edge_index, kwargs: dict) -> tuple:
+    """``edge_index`` and ``kwargs`` with each ``torch.sparse`` COO tensor
+    that is not coalesced replaced by its coalesced copy (duplicates summed,
+    as a sparse product sums them): the pass runs message passing through
+    PyG's ``collect``, which reads ``adj.indices()``, and torch refuses that
+    on an uncoalesced tensor (the model's fused sparse product does not).
+    The copy must give the model's output: one plain forward on each, in
+    eval mode, only where there is such a tensor; a model that reads the
+    duplicates themselves (``adj._indices()``) is refused. Nothing of the
+    user's is changed."""
+    edges, given = _coalesced(edge_index), {k: _coalesced(v) for k, v in kwargs.items()}
+    if edges is edge_index and all(given[k] is kwargs[k] for k in kwargs):
+        return edge_index, kwargs
+    model = unwrap(model)
+    modules = list(model.modules())
+    with _locked(modules):
+        kept = {key: getattr(*key) for key in ((m, k) for m in modules for k in vars(m) if k.startswith("_cached_"))}
+        training = [(m, m.training) for m in modules]
+        try:
+            model.eval()
+            with torch.no_grad():
+                before, after = model(x, edge_index, **kwargs), model(x, edges, **given)
+        finally:
+            for m, was in training:
+                m.training = was
+            for (m, k), v in kept.items():
+                object.__setattr__(m, k, v)
+    if isinstance(before, Tensor) and isinstance(after, Tensor) and not same_output(before, after):
+        raise ValueError(
+            "edge_index: the model's output on this uncoalesced sparse adjacency differs from its output on the "
+            "coalesced copy (its duplicate entries summed), which the relevance pass needs (PyG's message "
+            "passing reads adj.indices(), which torch refuses on an uncoalesced tensor): the model reads the "
+            "duplicates themselves (adj._indices()). Pass the edges as a [2, E] edge_index, duplicates included "
+            "(a multigraph).")
+    return edges, given
+
+
 def check_layer_state(model: torch.nn.Module, call: Callable[[], object]) -> None:
     """Refuse a model whose layers hold state that changes what it computes
     on this input.
@@ -591,47 +627,6 @@ def residual_tolerance(dtype: Optional[torch.dtype]) -> float:
     return max(RESIDUAL_WARNING, 16 * torch.finfo(dtype).eps)
 
 
-#: Relevance amplified this many times over the score, at least, before the
-#: float error it implies is told (see :func:`warn_if_ill_conditioned`).
-ILL_CONDITIONED_AMPLIFICATION = 100.0
-#: ... and the float error it implies (amplification times the dtype's eps)
-#: above which it is told.
-ILL_CONDITIONED_ERROR = 1e-3
-
-
-def warn_if_ill_conditioned(model: torch.nn.Module, score: float, total: float, absorbed: float, lost: float,
-                            what: str = "", magnitude: float = 0.0, dtype: Optional[torch.dtype] = None) -> bool:
-    r"""Warn (and return ``True``) where the accounting adds up but the parts
-    are many times the score they add up to, :math:`a = (|	ext{inputs}| +
-    |	ext{absorbed}| + |	ext{lost}|) / |	ext{score}|`, so that the
-    dtype's rounding, amplified as much, can move the masks: a stabiliser
-    that divides by a nearly cancelled pre-activation (a sum of terms of
-    size 1 that comes to 1e-6, before a sigmoid) gives relevance of that
-    size, and float32's error in the small sum becomes a relative error of
-    several percent in the masks, while each dtype's own accounting still
-    adds up. Told where :math:`a > 100` and :math:`a \cdot \epsilon_\text{dtype}
-    > 10^{-3}` (float32: :math:`a > 8.4 \cdot 10^3`; float64 practically
-    never)."""
-    if dtype is None or not dtype.is_floating_point:
-        return False
-    reference = abs(score) + magnitude
-    parts = abs(total) + abs(absorbed) + abs(lost)
-    if reference == 0 or not math.isfinite(parts):
-        return False
-    amplification = parts / reference
-    error = amplification * torch.finfo(dtype).eps
-    if amplification <= ILL_CONDITIONED_AMPLIFICATION or error <= ILL_CONDITIONED_ERROR:
-        return False
-    warnings.warn(f"LRP: the relevance of {type(unwrap(model)).__name__}{what} is {amplification:.3g} times the "
-                  f"score it adds up to (score {score:.6g} = inputs {total:.6g} + absorbed {absorbed:.6g} + lost "
-                  f"{lost:.6g}): a rule divided by nearly cancelled pre-activations, and {dtype} rounding, "
-                  f"amplified as much, can move the masks by {error:.2g} of their size or more (more where one "
-                  f"denominator cancels further). Explain a float64 "
-                  f"copy (model.double(), x.double()) for exact masks, or give those layers a larger stabiliser "
-                  f"(Epsilon(0.01) or more).", RuntimeWarning, stacklevel=4)
-    return True
-
-
 def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, absorbed: float, lost: float,
                           what: str = "", magnitude: float = 0.0, dtype: Optional[torch.dtype] = None) -> bool:
     """Warn (and return ``True``) where the accounting does not add up:
@@ -650,7 +645,7 @@ def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, ab
     residual = score - total - absorbed - lost
     scale = abs(score) + abs(total) + abs(absorbed) + abs(lost) + magnitude
     if abs(residual) <= residual_tolerance(dtype) * scale + 1e-9:
-        return warn_if_ill_conditioned(model, score, total, absorbed, lost, what, magnitude, dtype)
+        return False
     if math.isfinite(total) and not (math.isfinite(absorbed) and math.isfinite(lost)):
         # NaN in what biases, constants or stabilisers kept, finite inputs: the forward made NaN
         # values that the model then replaced (attention over an empty set, PyG's nan_to_num), and
@@ -674,6 +669,8 @@ def warn_if_not_conserved(model: torch.nn.Module, score: float, total: float, ab
 def _explain_rows(model: torch.nn.Module, x: Tensor, edge_index, kwargs: dict, rows: Optional[Tensor],
                   target: Optional[Tensor], settings: Settings) -> Relevance:
     _materialize(model, x, edge_index, kwargs)
+    if not isinstance(edge_index, dict):
+        edge_index, kwargs = coalesced_adjacency(model, x, edge_index, kwargs)
     check_layer_state(model, lambda: unwrap(model)(x, edge_index, **kwargs))
     if rows is not None:  # given as a list or int, made on the CPU: where the graph is
         rows = rows.to(next(iter(x.values())).device if isinstance(x, dict) else x.device)
