@@ -15,6 +15,8 @@
 """
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -1009,27 +1011,33 @@ class JoinsItsEdges(torch.nn.Module):
 
 
 def test_edges_a_model_joins_itself_are_booked_on_their_types_or_not_at_all():
-    """Joined in the input's order and numbered as one graph, each type's
-    messages land on its own edges. Joined in another order where each
-    type's block is a shifted copy of the other's (here the same two edges),
-    they were booked on the other type, silently: now on no input edge,
+    """Joined by the model, in the input's order or another, the edges tell
+    the order (each block one type's edges shifted by the node types'
+    offsets): each type's messages land on its own edges. Before, the blocks
+    were read in the input's order only, and a join in another order whose
+    blocks were shifted copies of each other (here the same two edges) was
+    booked on the other type, silently. Where two orders fit (a relation
+    and its reverse, one-to-one), nothing tells the types apart: no booking,
     with the documented warning."""
     g = torch.Generator().manual_seed(0)
     x = {"paper": torch.randn(4, 3, generator=g, dtype=torch.float64),
          "author": torch.randn(3, 3, generator=g, dtype=torch.float64)}
     edges = {("paper", "cites", "paper"): torch.tensor([[0, 1], [1, 2]]),
              ("author", "writes", "paper"): torch.tensor([[0, 1], [1, 2]])}
-    for order, booked in ((lambda types: types, True), (sorted, False)):
+    for order in (lambda types: types, sorted, lambda types: types[::-1]):
         torch.manual_seed(0)
         model = JoinsItsEdges(order).double()
         out = model(x, edges)
         reference = sum(_message_relevance([model.c1, model.c2], lambda: model(x, edges)[2, out[2].argmax()]))
-        if booked:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
             explanation = lrp.explain(model, x, edges, index=2, rules=lrp.rules.Epsilon(0.0))
-            torch.testing.assert_close(torch.cat([explanation[t].edge_mask for t in order(list(edges))]), reference,
-                                       rtol=1e-10, atol=1e-12)
-        else:
-            with pytest.warns(RuntimeWarning, match="could not be booked on an input edge type"):
-                explanation = lrp.explain(model, x, edges, index=2, rules=lrp.rules.Epsilon(0.0))
-            for t in edges:
-                assert torch.equal(explanation[t].edge_mask, torch.zeros(2, dtype=torch.float64))
+        torch.testing.assert_close(torch.cat([explanation[t].edge_mask for t in order(list(edges))]), reference,
+                                   rtol=1e-10, atol=1e-12)
+    both_ways = {("author", "writes", "paper"): torch.tensor([[0, 1, 2], [0, 1, 2]]),
+                 ("paper", "rev_writes", "author"): torch.tensor([[0, 1, 2], [0, 1, 2]])}
+    model = JoinsItsEdges(lambda types: types[::-1]).double()
+    with pytest.warns(RuntimeWarning, match="could not be booked on an input edge type"):
+        explanation = lrp.explain(model, x, both_ways, index=1, rules=lrp.rules.Epsilon(0.0))
+    for t in both_ways:
+        assert torch.equal(explanation[t].edge_mask, torch.zeros(3, dtype=torch.float64))

@@ -357,11 +357,11 @@ class EdgeRelevance:
             located = _concatenation({k: inputs[k] for k in given[1]}, edges)
             if located:
                 return located
-        # a layer given no dict, over edges the model joined itself in the input's order, numbered as
-        # one graph: one offset per node type, as a source and as a destination alike (a shift per
-        # block alone also takes blocks joined in another order where types have one edge each, or
-        # edges that are shifted copies of each other's, and books them on the wrong type)
-        located = _concatenation(inputs, edges, one_numbering=True)
+        # a layer given no dict, over edges the model joined itself: booked where the edges tell the
+        # one order they were joined in (a shift per block in the input's order alone also takes
+        # blocks joined in another order whose edges are shifted copies of each other's, one edge per
+        # type or a relation and its reverse one-to-one, and books them on the wrong type)
+        located = _joined(inputs, edges)
         if located:
             return located
         starts = [k for k, e in inputs.items() if e.shape[1] and e.shape[1] <= edges.shape[1]
@@ -487,26 +487,68 @@ def _rows(value, node_dim: int) -> Optional[int]:
     return value.shape[node_dim]
 
 
-def _concatenation(inputs: dict, edges: Tensor, one_numbering: bool = False) -> list:
+def _joined(inputs: dict, edges: Tensor, limit: int = 10_000) -> list:
+    """``[(edge_type, Routing)]`` where ``edges`` is the input types' edges
+    joined by the model itself, in the one order the edges tell: blocks
+    that each are one type's edges shifted by constant node offsets. The
+    offsets number the node types as one graph (one offset per node type,
+    as a source and as a destination alike), or, where no order fits that,
+    sources and destinations apart (one per source type, one per
+    destination type). ``[]`` where no order or several fit (blocks that are
+    shifted copies of each other, a relation and its reverse one-to-one:
+    the messages could be either type's), or the search takes over
+    ``limit`` steps."""
+    total = edges.shape[1]
+    if total != sum(e.shape[1] for e in inputs.values()):
+        return []
+    keys = [k for k, e in inputs.items() if e.shape[1]]
+    steps = [0]
+
+    def search(start: int, blocks: list, offsets: dict, one: bool, found: list) -> None:
+        if len(found) > 1 or steps[0] > limit:
+            return
+        if start == total:
+            found.append(blocks)
+            return
+        for key in keys:
+            e = inputs[key]
+            if any(key == k for k, _ in blocks) or start + e.shape[1] > total:
+                continue
+            steps[0] += 1
+            shift = edges[:, start:start + e.shape[1]] - e
+            if not bool((shift == shift[:, :1]).all()):
+                continue
+            ends = ((key[0], shift[0, 0].item()), (key[-1], shift[1, 0].item())) if one else \
+                (((key[0], "source"), shift[0, 0].item()), ((key[-1], "destination"), shift[1, 0].item()))
+            if any(offsets.get(t, o) != o for t, o in ends) or (one and ends[0][0] == ends[1][0] and
+                                                                ends[0][1] != ends[1][1]):
+                continue
+            search(start + e.shape[1], blocks + [(key, start)], {**offsets, **dict(ends)}, one, found)
+
+    found: list = []
+    search(0, [], {}, True, found)
+    if not found:
+        search(0, [], {}, False, found)
+    if len(found) != 1 or steps[0] > limit:
+        return []
+    empty = edges.new_empty(0)
+    return [(key, Routing(slice(start, start + inputs[key].shape[1]), slice(0, inputs[key].shape[1]), empty, empty,
+                          empty)) for key, start in found[0]]
+
+
+def _concatenation(inputs: dict, edges: Tensor) -> list:
     """``[(edge_type, Routing)]`` where ``edges`` is every type's edges in
     order, each block shifted by constant node offsets (one propagate over
     all types, as ``HGTConv`` builds it, its sources numbered per edge type);
-    ``[]`` otherwise. ``one_numbering``: the offsets must also number the
-    node types as one graph, one offset per node type whether it is a
-    source or a destination."""
+    ``[]`` otherwise."""
     if edges.shape[1] != sum(e.shape[1] for e in inputs.values()):
         return []
     located, start = [], 0
     empty = edges.new_empty(0)
-    offsets: dict = {}
     for key, e in inputs.items():
         shift = edges[:, start:start + e.shape[1]] - e
         if e.shape[1] and not bool((shift == shift[:, :1]).all()):
             return []
-        if e.shape[1] and one_numbering:
-            for node_type, offset in zip((key[0], key[-1]), shift[:, 0].tolist()):
-                if offsets.setdefault(node_type, offset) != offset:
-                    return []
         located.append((key, Routing(slice(start, start + e.shape[1]), slice(0, e.shape[1]), empty, empty, empty)))
         start += e.shape[1]
     return located
