@@ -43,7 +43,7 @@ def test_route_in_any_order_with_repeated_pairs():
 import warnings  # noqa: E402
 
 import pytest  # noqa: E402
-from torch_geometric.nn import GraphConv, MessagePassing  # noqa: E402
+from torch_geometric.nn import GCNConv, GraphConv, MessagePassing  # noqa: E402
 from torch_geometric.utils import to_undirected  # noqa: E402
 
 import torch_geometric_lrp as lrp  # noqa: E402
@@ -740,3 +740,33 @@ def test_a_layer_over_a_sparse_adjacency_of_its_own_is_named():
         with pytest.warns(RuntimeWarning, match="PANConv in Pan propagated over a sparse adjacency it built itself"):
             e = lrp.explain(model, torch.randn(5, 3), edge_index, index=0)
     assert float(e.edge_mask.abs().sum()) == 0 and abs(float(e.residual)) < 1e-5
+
+
+class AddsAVirtualNode(torch.nn.Module):
+    """Adds a node linked both ways to every node, then two GCN layers
+    (which add a self-loop at every node, the virtual one included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = GCNConv(4, 8), GCNConv(8, 3)
+
+    def forward(self, x, edge_index):
+        n = x.shape[0]
+        nodes, virtual = torch.arange(n), torch.full((n,), n)
+        edges = torch.cat([edge_index, torch.stack([nodes, virtual]), torch.stack([virtual, nodes])], 1)
+        h = self.c1(torch.cat([x, x.new_zeros(1, x.shape[1])]), edges).relu()
+        return self.c2(h, edges)[:n]
+
+
+def test_a_self_loop_at_a_node_the_model_added_is_booked_off_the_input():
+    """The self-loop a GCN layer adds at a virtual node is no node of the
+    input: its relevance is reported with the messages off the input's edges
+    (warned). Before, the bookkeeping failed with an IndexError wherever the
+    input had no self-loop of its own."""
+    torch.manual_seed(0)
+    model = AddsAVirtualNode().double().eval()
+    x, edge_index = torch.randn(3, 4, dtype=torch.float64), torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    with pytest.warns(RuntimeWarning, match="LRP"):
+        explanation = lrp.explain(model, x, edge_index, index=0, subgraph=False)
+    assert abs(explanation.residual) < 1e-12
+    assert explanation.self_loop_relevance.shape == (3,)

@@ -1041,3 +1041,21 @@ def test_edges_a_model_joins_itself_are_booked_on_their_types_or_not_at_all():
         explanation = lrp.explain(model, x, both_ways, index=1, rules=lrp.rules.Epsilon(0.0))
     for t in both_ways:
         assert torch.equal(explanation[t].edge_mask, torch.zeros(3, dtype=torch.float64))
+
+
+def test_the_many_target_paths_refuse_a_heterogeneous_graph_by_name():
+    """Before: explain_nodes with an edge dict said to convert a sparse
+    adjacency; explain_loader with output='sparse' said the loader had no
+    loader.data."""
+    from torch_geometric.loader import NeighborLoader
+    data = HeteroData()
+    data["paper"].x = torch.randn(6, 3)
+    data["author"].x = torch.randn(4, 3)
+    data["author", "writes", "paper"].edge_index = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3]])
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(ValueError, match="edge_index: got a dict of edge types; explain_nodes explains homogeneous"):
+        lrp.explain_nodes(model, data["paper"].x, data.edge_index_dict, index=torch.tensor([0]))
+    loader = NeighborLoader(data, num_neighbors=[-1], batch_size=2, input_nodes=("paper", torch.arange(4)))
+    for output in ("list", "sparse"):
+        with pytest.raises(ValueError, match="loader: its graph is a HeteroData"):
+            lrp.explain_loader(model, loader, output=output)

@@ -393,6 +393,9 @@ def explain_nodes(
     kwargs = {**_graph_kwargs(model, x, kwargs), **kwargs}
     x, edge_index = _graph_inputs(x, edge_index)
     check_x(x, categorical=True)
+    if isinstance(edge_index, dict):
+        raise ValueError("edge_index: got a dict of edge types; explain_nodes explains homogeneous graphs. Explain "
+                         "a heterogeneous graph's nodes with lrp.explain or lrp.LRP (x and edge_index as dicts).")
     if not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided:
         raise ValueError("edge_index: explain_nodes cuts each target's subgraph out of a [2, E] edge_index; pass "
                          "the edges (torch_geometric.utils.to_edge_index(adj)), or explain each node with "

@@ -468,7 +468,11 @@ class EdgeRelevance:
                     self._book_unmatched(layer, per_message[routing.loop])
                 else:
                     loops = self._loops[key[2] if self.hetero else None]
-                    loops.index_add_(0, routing.loop_node, per_message[routing.loop])
+                    inside = routing.loop_node < loops.shape[0]
+                    loop = per_message[routing.loop]
+                    loops.index_add_(0, routing.loop_node[inside], loop[inside])
+                    # a self-loop of a node the model added (a virtual node): no node of the input
+                    self._book_unmatched(layer, loop[~inside])
                 self._book_unmatched(layer, per_message[routing.other])
 
         mode = current_mode()

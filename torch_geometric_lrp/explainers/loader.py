@@ -24,7 +24,7 @@ from typing import Iterator, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.explain import Explanation
 
 from .api import OUTPUTS, NodeRelevance, _coo, explain_nodes
@@ -78,6 +78,9 @@ def explain_loader(
                             f"process, no progress bar per mini-batch); leave it out.")
     if output not in OUTPUTS:
         raise ValueError(f"output: must be one of {list(OUTPUTS)}, got {output!r}.")
+    if isinstance(getattr(loader, "data", None), HeteroData):
+        raise ValueError("loader: its graph is a HeteroData; explain_loader explains the seeds of homogeneous "
+                         "mini-batches (Data). Explain a HeteroData graph with lrp.explain or lrp.LRP.")
     if output == "sparse" and not isinstance(getattr(loader, "data", None), Data):
         # without the graph, each matrix could only be as wide as its own mini-batch's largest id
         raise ValueError(f"output='sparse': the matrices' columns are the nodes and edges of the loader's graph, "
