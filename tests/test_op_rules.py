@@ -1774,3 +1774,71 @@ def test_a_map_written_into_a_buffer_goes_on_through_the_write(rule):
         torch.testing.assert_close(got.node_mask, expected.node_mask, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(got.edge_mask, expected.edge_mask, rtol=1e-10, atol=1e-12)
         assert got.absorbed == pytest.approx(expected.absorbed, rel=1e-10, abs=1e-12)
+
+
+class DenseReadout(torch.nn.Module):
+    """A Linear, rows put into a dense batch, summed per graph, a head:
+    ``to_dense_batch`` (padding written around the rows), the rows written
+    through a flat view of the dense buffer, or ``index_add``."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.lin = torch.nn.Linear(4, 5, bias=False)
+        self.out = torch.nn.Linear(5, 2, bias=False)
+
+    def forward(self, x, edge_index, batch):
+        from torch_geometric.utils import to_dense_batch
+        h = self.lin(x)
+        if self.how == "to_dense_batch":
+            pooled = to_dense_batch(h, batch)[0].sum(1)
+        elif self.how == "through a view":
+            counts = torch.bincount(batch)
+            width = int(counts.max())
+            position = torch.arange(batch.numel()) - (counts.cumsum(0) - counts)[batch]
+            dense = x.new_zeros(int(batch.max()) + 1, width, 5)
+            dense.view(-1, 5)[batch * width + position] = h
+            pooled = dense.relu().sum(1)
+        else:
+            pooled = torch.zeros(int(batch.max()) + 1, 5, dtype=x.dtype).index_add(0, batch, h)
+        return self.out(pooled)
+
+
+@pytest.mark.parametrize("rule", [Epsilon(0.0), lrp.rules.Flat(), lrp.rules.WSquare(), lrp.rules.ZBox(0.0, 1.0)],
+                         ids=["eps0", "flat", "wsquare", "zbox"])
+def test_padding_written_around_a_map_takes_no_relevance(rule):
+    """The entries a buffer keeps are constants of the map, taken as a bias
+    is: to_dense_batch's zero padding absorbs nothing under every rule, so
+    one graph's explanation does not depend on another graph's size (under
+    WSquare and ZBox it did, 0.52 against 0.05, a first version of the map
+    through the buffer taking the padding as an input)."""
+    torch.manual_seed(0)
+    dense, pooled = DenseReadout("to_dense_batch").double(), DenseReadout("index_add").double()
+    pooled.load_state_dict(dense.state_dict())
+    first = torch.rand(3, 4, dtype=torch.float64)
+    edge_index = torch.empty(2, 0, dtype=torch.long)
+    for k in (3, 8):
+        x = torch.cat([first, torch.rand(k, 4, dtype=torch.float64)])
+        batch = torch.tensor([0] * 3 + [1] * k)
+        got = lrp.explain(dense, x, edge_index, index=0, rules=rule, batch=batch, mode="multiclass_classification")
+        expected = lrp.explain(pooled, x, edge_index, index=0, rules=rule, batch=batch,
+                               mode="multiclass_classification")
+        torch.testing.assert_close(got.node_mask, expected.node_mask, rtol=1e-10, atol=1e-12)
+        assert got.absorbed == pytest.approx(expected.absorbed, abs=1e-12)
+
+
+def test_a_buffer_written_through_a_view_keeps_its_history():
+    """``dense.view(-1, F)[idx] = lin(x)``, then a readout of ``dense``: the
+    write goes into a view, which autograd follows to its base, so it runs
+    as autograd runs it (a first version of the map through the buffer lost
+    all relevance here). LRP-0 equals gradient x input."""
+    torch.manual_seed(1)
+    model = DenseReadout("through a view").double()
+    x = torch.randn(7, 4, dtype=torch.float64)
+    edge_index, batch = torch.empty(2, 0, dtype=torch.long), torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    explanation = lrp.explain(model, x, edge_index, index=0, rules=Epsilon(0.0), batch=batch,
+                              mode="multiclass_classification")
+    xg = x.clone().requires_grad_()
+    out = model(xg, edge_index, batch)[0]
+    (grad,) = torch.autograd.grad(out[out.argmax()], xg)
+    torch.testing.assert_close(explanation.node_mask, grad * x, rtol=1e-10, atol=1e-12)

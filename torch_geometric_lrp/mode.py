@@ -2313,6 +2313,9 @@ class RelevanceMode(TorchFunctionMode):
             out = handler(self, *args, **kwargs)
             if out is not NotImplemented:
                 return out
+        if name == "copy_" and args and isinstance(args[0], Tensor) and args[0].is_floating_point() and \
+                not _carries(args[0]) and self._continues_into(args, kwargs):
+            return self._written_into_buffer(func, args, kwargs)  # a whole fresh buffer (see _continues_into)
         if name in _WRITES and isinstance(args[0], Tensor) and args[0].is_floating_point() and \
                 not _carries(args[0]):
             if self._continues_into(args, kwargs):
@@ -2397,9 +2400,12 @@ class RelevanceMode(TorchFunctionMode):
     def _continues_into(self, args, kwargs) -> bool:
         """Whether a copy-write into a constant buffer writes the end of a map
         of the current rule (``out = x.new_empty(...); out[perm] = lin(x)``,
-        as PyG's ``HeteroLinear`` puts rows back in order)."""
+        as PyG's ``HeteroLinear`` puts rows back in order), into a buffer of
+        its own: no view, and no other tensor sharing its memory (a view
+        taken before), which would see the written values without their
+        history. (Such writes keep autograd's way: the map ends there.)"""
         rule = self.current_rule()
-        if isinstance(rule, Pass) or not self._maps:
+        if isinstance(rule, Pass) or not self._maps or args[0]._base is not None or not _memory_of_its_own(args[0]):
             return False
         for t, _ in _tensors_of(args[1:], kwargs):
             entry = self._maps.get(t)
@@ -2421,9 +2427,14 @@ class RelevanceMode(TorchFunctionMode):
         than the same model on its own numbering."""
         buffer, rule = args[0], self.current_rule()
         held = buffer.detach().clone()  # its values before the write (the user's buffer gets it)
+        # The entries the write keeps are constant terms of the map, each stream taking them as it takes a
+        # bias (zero padding absorbs nothing, under Flat and ZBox too; ZBox's bounds are for the map's
+        # input). Entries that are not finite (torch.empty's leftovers, a NaN fill) are 0 in the streams:
+        # written over, or never read, they take no relevance, and a NaN there would spread through the
+        # map's denominators; where the model reads one, its output is not finite anyway.
+        kept = torch.where(torch.isfinite(held), held, torch.zeros_like(held))
         with torch.enable_grad():
-            streams = [self._constant(held, stream.bias, "constant") if rule.signed else
-                       self._stream_arg(held, "input", rule, k, stream) for k, stream in enumerate(rule.streams())]
+            streams = [self._constant(kept, stream.bias, "constant") for stream in rule.streams()]
             # (a buffer of zeros is no constant term, but the map needs its streams in the graph)
             streams = [t if t.requires_grad else maps.constant(t, "constant") for t in streams]
         start = self._register(held.clone(), rule, streams)
@@ -2711,6 +2722,25 @@ class _SignedOp:
         """The op on the operands' values (a ``(P, N)`` rule's value)."""
         a, kw = _filled(self.args, self.kwargs, [_value_of(t) for t, _ in self.keyed])
         return self.fn(*a, **kw)
+
+
+def _storage_users(t: Tensor) -> Optional[int]:
+    """How many tensors share ``t``'s memory (``None`` where torch does not
+    tell: a private call, which may go)."""
+    try:
+        return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+
+
+_ONE_USER = _storage_users(torch.empty(1))
+
+
+def _memory_of_its_own(t: Tensor) -> bool:
+    """Whether no other tensor shares ``t``'s memory (no view of it is alive);
+    ``False`` where that cannot be told."""
+    users = _storage_users(t)
+    return users is not None and _ONE_USER is not None and users <= _ONE_USER
 
 
 def _node_name(node) -> str:
