@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import torch
 from torch import Tensor
@@ -499,6 +499,27 @@ def _coalesced(value):
     return value
 
 
+@contextmanager
+def _plainly(model: torch.nn.Module) -> Iterator[list]:
+    """Plain forwards of ``model`` beside a pass (checks): its modules locked
+    (see :func:`~torch_geometric_lrp.mode._locked`), in eval mode, without
+    grad; their training flags and layer caches (``_cached_*``, which a
+    ``cached=True`` layer fills) put back after. Yields the modules."""
+    modules = list(model.modules())
+    with _locked(modules):
+        kept = {key: getattr(*key) for key in ((m, k) for m in modules for k in vars(m) if k.startswith("_cached_"))}
+        training = [(m, m.training) for m in modules]
+        try:
+            model.eval()
+            with torch.no_grad():
+                yield modules
+        finally:
+            for m, was in training:
+                m.training = was
+            for (m, k), v in kept.items():
+                object.__setattr__(m, k, v)
+
+
 def coalesced_adjacency(model: torch.nn.Module, x, edge_index, kwargs: dict) -> tuple:
     """``edge_index`` and ``kwargs`` with each ``torch.sparse`` COO tensor
     that is not coalesced replaced by its coalesced copy (duplicates summed,
@@ -513,19 +534,8 @@ def coalesced_adjacency(model: torch.nn.Module, x, edge_index, kwargs: dict) -> 
     if edges is edge_index and all(given[k] is kwargs[k] for k in kwargs):
         return edge_index, kwargs
     model = unwrap(model)
-    modules = list(model.modules())
-    with _locked(modules):
-        kept = {key: getattr(*key) for key in ((m, k) for m in modules for k in vars(m) if k.startswith("_cached_"))}
-        training = [(m, m.training) for m in modules]
-        try:
-            model.eval()
-            with torch.no_grad():
-                before, after = model(x, edge_index, **kwargs), model(x, edges, **given)
-        finally:
-            for m, was in training:
-                m.training = was
-            for (m, k), v in kept.items():
-                object.__setattr__(m, k, v)
+    with _plainly(model):
+        before, after = model(x, edge_index, **kwargs), model(x, edges, **given)
     if isinstance(before, Tensor) and isinstance(after, Tensor) and not same_output(before, after):
         raise ValueError(
             "edge_index: the model's output on this uncoalesced sparse adjacency differs from its output on the "
@@ -553,27 +563,16 @@ def check_layer_state(model: torch.nn.Module, call: Callable[[], object]) -> Non
     held = _layer_state(model)
     if not held:
         return
-    modules = list(model.modules())
-    with _locked(modules):
-        kept = {key: getattr(*key) for key in ((m, k) for m in modules for k in vars(m) if k.startswith("_cached_"))}
-        training = [(m, m.training) for m in modules]
+    with _plainly(model) as modules:
         try:
-            model.eval()
-            with torch.no_grad():
-                try:
-                    given, failed = call(), None
-                except Exception as error:  # noqa: BLE001 (decided below, by the forward without the state)
-                    given, failed = None, error
-                with _prepared(model, modules):
-                    try:
-                        fresh = call()
-                    except Exception:  # noqa: BLE001 (the pass itself will say why the model fails)
-                        return
-        finally:
-            for m, was in training:
-                m.training = was
-            for (m, k), v in kept.items():
-                object.__setattr__(m, k, v)
+            given, failed = call(), None
+        except Exception as error:  # noqa: BLE001 (decided below, by the forward without the state)
+            given, failed = None, error
+        with _prepared(model, modules):
+            try:
+                fresh = call()
+            except Exception:  # noqa: BLE001 (the pass itself will say why the model fails)
+                return
     if failed is None and (not isinstance(given, Tensor) or not isinstance(fresh, Tensor)
                            or same_output(given, fresh)):
         return
