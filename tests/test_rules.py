@@ -330,3 +330,20 @@ def test_zbox_tells_a_negative_gate():
     cheb = pyg_nn.ChebConv(4, 3, K=3).double().eval()
     assert "meets a negative gate" in _zbox_warnings(cheb, x, edge_index)[1][0]
     assert not _zbox_warnings(pyg_nn.GCNConv(4, 3).double().eval(), x, edge_index)[1]
+
+
+def test_pass_on_a_map_that_changes_the_width_names_the_module():
+    """Before, the rule's own error came from the backward, naming no module."""
+
+    class OneLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = pyg_nn.GCNConv(4, 3)
+
+        def forward(self, x, edge_index):
+            return self.conv(x, edge_index)
+
+    with pytest.raises(ValueError, match=r"rules: Pass in module 'conv.lin' \(Linear\) needs a map whose input and "
+                                         r"output have the same shape, got input \(5, 4\) and output width 3"):
+        lrp.explain(OneLayer(), torch.randn(5, 4), torch.tensor([[0, 1], [1, 2]]), index=0,
+                    rules={"conv": rules.Pass()}, subgraph=False)

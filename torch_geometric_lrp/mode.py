@@ -389,7 +389,13 @@ def _statistic_and_mean(statistic):
 def _linear(mode, input, weight, bias=None):
     if _carries(weight) or _carries(bias):
         return NotImplemented
-    return R.linear(input, weight, bias, rule=mode.current_rule())
+    rule = mode.current_rule()
+    if isinstance(rule, Pass) and isinstance(input, Tensor) and weight.dim() == 2 and weight.shape[0] != input.shape[-1]:
+        # (the rule's own check runs in the backward, where no module can be named)
+        raise ValueError(f"rules: Pass in {mode.where()} needs a map whose input and output have the same shape, "
+                         f"got input {tuple(input.shape)} and output width {weight.shape[0]}. Give this module "
+                         f"Epsilon(), Gamma() or AlphaBeta().")
+    return R.linear(input, weight, bias, rule=rule)
 
 
 def _matmul(mode, input, other):
