@@ -680,9 +680,7 @@ def _number_written_in_place(mode, name: str, args, kwargs):
     with torch.enable_grad():
         h.copy_(written)  # as autograd runs the write: views of h made before it follow it
     if written in mode._maps:  # the next linear op continues the write's map, as after a write into a map's end
-        mode._written[h] = written
-        mode._origins[written] = h
-        mode._any_written = True
+        mode._stand_in(h, written, h)
     return None if name == "__setitem__" else h
 
 
@@ -2319,18 +2317,16 @@ class RelevanceMode(TorchFunctionMode):
             out = handler(self, *args, **kwargs)
             if out is not NotImplemented:
                 return out
-        if name == "copy_" and args and isinstance(args[0], Tensor) and args[0].is_floating_point() and \
-                not _carries(args[0]) and self._continues_into(args, kwargs):
-            return self._written_into_buffer(func, args, kwargs)  # a whole fresh buffer (see _continues_into)
-        if name in _WRITES and isinstance(args[0], Tensor) and args[0].is_floating_point() and \
-                not _carries(args[0]):
-            if self._continues_into(args, kwargs):
+        if (name in _WRITES or name == "copy_") and args and isinstance(args[0], Tensor) and \
+                args[0].is_floating_point() and not _carries(args[0]):
+            if self._continues_into(args, kwargs):  # a map's end copied into a buffer of its own
                 return self._written_into_buffer(func, args, kwargs)
-            # Relevance written into a constant (``c[mask] = x``, as in PyG's
-            # add_remaining_self_loops): the constant joins the pass first, so
-            # what reaches its remaining entries is measured as absorbed.
-            with torch.enable_grad():
-                args[0].copy_(maps.held(args[0].detach().clone(), "constant"))
+            if name in _WRITES:
+                # Relevance written into a constant (``c[mask] = x``, as in PyG's
+                # add_remaining_self_loops): the constant joins the pass first, so
+                # what reaches its remaining entries is measured as absorbed.
+                with torch.enable_grad():
+                    args[0].copy_(maps.held(args[0].detach().clone(), "constant"))
         out = func(*args, **kwargs)
         if name not in COPIES and _carries(out):
             self._report(name, out)
@@ -2443,10 +2439,8 @@ class RelevanceMode(TorchFunctionMode):
             streams = [self._constant(kept, stream.bias, "constant") for stream in rule.streams()]
             # (a buffer of zeros is no constant term, but the map needs its streams in the graph)
             streams = [t if t.requires_grad else maps.constant(t, "constant") for t in streams]
-        start = self._register(held.clone(), rule, streams)
-        self._written[buffer] = start  # the buffer stands for the new map from here on (see _stands_for)
-        self._origins[start] = buffer
-        self._any_written = True
+        start = self._register(held, rule, streams)  # (the streams hold kept, not held)
+        self._stand_in(buffer, start, buffer)  # the buffer stands for the new map from here on
         return self._written_map_end(func, (start, *args[1:]), kwargs)
 
     def _unreplayed(self, name: str, func, args, kwargs):
@@ -2529,10 +2523,15 @@ class RelevanceMode(TorchFunctionMode):
         maps.unshare(origin)  # the map's backward keeps its values, not the written ones
         with torch.no_grad():
             write(origin.detach())
+        self._stand_in(h, end, origin)
+        return origin
+
+    def _stand_in(self, h: Tensor, end: Tensor, origin: Tensor) -> None:
+        """``end`` stands for ``h`` in the pass from now on (:meth:`resolved`),
+        ``origin`` being the user's tensor behind both."""
         self._written[h] = end
         self._origins[end] = origin
         self._any_written = True
-        return origin
 
     def _check_aliases(self, func, t: Tensor) -> None:
         """``t`` is written in place: another map end that shares its memory (a
