@@ -557,6 +557,11 @@ def test_rules_are_validated():
         lrp.convert(torch.nn.Linear(2, 2), rules={torch.nn.Linear: 0.5})
     with pytest.raises(TypeError, match="keys must be module types"):
         lrp.convert(torch.nn.Linear(2, 2), rules={3: R.Epsilon()})
+    # a type that is not a module would match no layer: refused, also next to a valid key
+    with pytest.raises(TypeError, match="a type key must be a subclass of torch.nn.Module"):
+        lrp.convert(torch.nn.Linear(2, 2), rules={torch.nn.Linear: R.Epsilon(), int: R.Gamma()})
+    with pytest.raises(TypeError, match="got <class 'torch.Tensor'>"):
+        lrp.LRP(rules={torch.Tensor: R.Epsilon()})
 
 
 class LinearOnly(R.Rule):

@@ -430,3 +430,60 @@ def test_a_local_model_that_cannot_run_on_the_unrelated_nodes_keeps_its_copies()
     for t, ex in zip([0, 5, 9, 13], found):
         alone = lrp.explain(model, x, DATA["edge_index"], index=t, subgraph=False)
         torch.testing.assert_close(ex.node_mask, alone.node_mask[ex.node_index])
+
+
+class Chebyshev(torch.nn.Module):
+    """``ChebConv`` with the user's edge weights: local (``K - 1`` hops), its
+    Laplacian normalised by :math:`d^{-1/2}` of the weighted degrees."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch_geometric.nn.ChebConv(F_IN, C, K=2)
+
+    def forward(self, x, edge_index, edge_weight):
+        return self.conv(x, edge_index, edge_weight)
+
+
+def test_positive_edge_weights_stay_positive_in_the_copies_check():
+    """The copies' extra check sets the first added edges' features beyond
+    the range of the input's; a positive weight set below 0 gave
+    ``ChebConv`` NaN degrees, so a local model fell back to the full graph
+    with a warning that it reads the graph as a whole."""
+    x = DATA["x"].detach().double()
+    edge_index = DATA["edge_index"]
+    edge_weight = torch.rand(edge_index.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.double) + .2
+    model = Chebyshev().double().eval()
+    targets = [0, 5, 9, 13]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", lrp.explainers.SubgraphWarning)
+        found = lrp.explain_nodes(model, x, edge_index, torch.tensor(targets), batch_size=2, edge_weight=edge_weight)
+    for t, ex in zip(targets, found):
+        assert ex.node_index.numel() < N  # on its subgraph
+        alone = lrp.explain(model, x, edge_index, index=t, subgraph=False, edge_weight=edge_weight)
+        torch.testing.assert_close(ex.node_mask, alone.node_mask[ex.node_index])
+        torch.testing.assert_close(ex.edge_mask, alone.edge_mask[ex.edge_id])
+
+
+class RingWeights(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.conv2 = torch_geometric.nn.GCNConv(3, 4), torch_geometric.nn.GCNConv(4, 2)
+
+    def forward(self, x, edge_index, weights):
+        return self.conv2(self.conv1(x, edge_index, weights).relu(), edge_index, weights)
+
+
+def test_a_fallback_names_a_per_edge_input_cut_as_per_node():
+    """On a graph with as many edges as nodes, a per-edge input not named
+    ``edge*`` is cut as one row per node (the documented naming rule); the
+    check then fails, and the warning names the input as a possible cause
+    (before, it blamed the model alone)."""
+    n = 12
+    edge_index = torch.stack([torch.arange(n), (torch.arange(n) + 1) % n])
+    x = torch.randn(n, 3, generator=torch.Generator().manual_seed(0))
+    weights = torch.rand(n, generator=torch.Generator().manual_seed(1)) + 0.1
+    with pytest.warns(lrp.explainers.SubgraphWarning, match="'weights' has as many rows as the graph has nodes and "
+                                                             "edges, and was cut as one row per node"):
+        lrp.explain_nodes(RingWeights().eval(), x, edge_index, torch.tensor([5, 9]), weights=weights)

@@ -181,8 +181,9 @@ def composite(rules) -> dict:
             f"got {type(rules).__name__}: {rules!r}."
         )
     for key, value in rules.items():
-        if not isinstance(key, (str, type)):
-            raise TypeError(f"rules: keys must be module types or qualified names, got {key!r}.")
+        if not (isinstance(key, str) or isinstance(key, type) and issubclass(key, torch.nn.Module)):
+            raise TypeError(f"rules: keys must be module types or qualified names, got {key!r} (a type key "
+                            f"must be a subclass of torch.nn.Module).")
         if not isinstance(value, Rule):
             raise TypeError(f"rules: values must be rules from torch_geometric_lrp.rules, got {value!r} "
                             f"for key {key!r}.")

@@ -42,7 +42,7 @@ from ..audit import RelevanceAudit
 from .edges import EdgeRelevance
 from ..mode import UnsupportedOpError, _locked, _prepared, relevance_pass, unwrap
 from .subgraph import (Cut, context_features, context_inputs, count_hops, cut, layout_bound, lean, message_flow,
-                       pays_off, reaches_ring, slice_inputs, with_context)
+                       pays_off, per_node_guesses, reaches_ring, slice_inputs, with_context)
 from .trim import Propagations, Trimming, hop_distance
 from .targets import (MASK_VIEWS, check_mask_rows, check_one_graph, check_output_shape, check_target, infer_mode,
                       infer_return_type, infer_task_level, is_sparse, seed_of)
@@ -448,6 +448,16 @@ def fall_back(model: torch.nn.Module, reason: str) -> None:
     """Warn that a subgraph did not prove itself and the full graph is used."""
     warnings.warn(f"LRP: the computation subgraph of the targets does not explain {type(model).__name__}: "
                   f"{reason}. Explaining on the full graph instead.", SubgraphWarning, stacklevel=4)
+
+
+def _naming_hint(kwargs: dict, n: int, e: int) -> str:
+    """Where a failed check may come from an input cut as per-node that holds
+    one row per edge (a graph with as many edges as nodes), say so."""
+    names = per_node_guesses(kwargs, n, e)
+    if not names:
+        return ""
+    return (f" (or: {', '.join(map(repr, names))} has as many rows as the graph has nodes and edges, and was cut "
+            f"as one row per node; name a per-edge input edge_*, as edge_weight and edge_attr are)")
 
 
 def _spread(values: Optional[Tensor], positions: Tensor, size: int) -> Optional[Tensor]:
@@ -902,14 +912,15 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
         if not same_output(out.detach()[c.index], check[rows] if context is None else check[context.index]):
             if slimmed():  # perhaps only what the lean, trimmed pass leaves out
                 return InFull(check if context is None else None)
-            fall_back(model, "the targets' outputs on the subgraph differ from the full graph's, so the model reads "
-                             "further than its message-passing layers count (a layer applied more often than it "
-                             "appears) or reads the graph as a whole (a statistic over all nodes, node positions "
-                             "or the number of nodes)" if context is None else
-                      "the targets' outputs change when unrelated nodes and edges are present, so the model reads "
-                      "the graph as a whole (a statistic over all nodes or edges, node positions, the number of "
-                      "nodes or edges) or computes features from edges further out than its layers count (a "
-                      "neighbour's degree, a random-walk encoding)")
+            fall_back(model, ("the targets' outputs on the subgraph differ from the full graph's, so the model reads "
+                              "further than its message-passing layers count (a layer applied more often than it "
+                              "appears) or reads the graph as a whole (a statistic over all nodes, node positions "
+                              "or the number of nodes)" if context is None else
+                              "the targets' outputs change when unrelated nodes and edges are present, so the model "
+                              "reads the graph as a whole (a statistic over all nodes or edges, node positions, the "
+                              "number of nodes or edges) or computes features from edges further out than its "
+                              "layers count (a neighbour's degree, a random-walk encoding)") +
+                      _naming_hint(kwargs, n, e))
             return None
         # (a forward that fails on the unrelated nodes, as a lookup of ids read from x does on features
         # beyond its range, leaves the full graph's proof as the check: nothing to tell either way)
@@ -919,7 +930,7 @@ def _on_cut(model: torch.nn.Module, x: Tensor, edge_index: Tensor, kwargs: dict,
                 return InFull(check)
             fall_back(model, "the targets' outputs change when unrelated nodes and edges are present, so the model "
                              "reads the graph as a whole (a statistic over all nodes or edges), which the subgraphs of "
-                             "several targets side by side can reproduce together")
+                             "several targets side by side can reproduce together" + _naming_hint(kwargs, n, e))
             return None
         if also is not None:
             settings.copies_checked = True

@@ -538,7 +538,9 @@ def context_features(x: Tensor, context: Cut) -> Tensor:
     ``x`` at its nodes, except that the first ``EXTREMES`` rows, nodes that
     a local model does not read, lie beyond the range of ``x`` in every
     feature, :math:`\max x + s` and :math:`\min x - s` with
-    :math:`s = \max x - \min x + 1` (over the whole graph). Added copies of
+    :math:`s = \max x - \min x + 1` (over the whole graph; half the
+    minimum where it is positive, half the maximum where it is negative, so
+    that a feature of one sign keeps it). Added copies of
     other nodes alone leave a maximum or minimum over the nodes as it is
     whenever they lie inside the cut's range; these do not. Integer features
     (categories) are copied as they are."""
@@ -547,13 +549,18 @@ def context_features(x: Tensor, context: Cut) -> Tensor:
 
 def _beyond(values: Tensor, rows: Tensor) -> Tensor:
     """``rows`` (rows of ``values``) with the first ``EXTREMES`` set above and
-    below the range of ``values``; integer values as they are."""
+    below the range of ``values``; integer values as they are. A feature of
+    one sign keeps it where it can (``low / 2`` below a positive minimum,
+    ``high / 2`` above a negative maximum): an edge weight made negative
+    gives a model's degree normalisation (``ChebConv``'s
+    :math:`d^{-1/2}`) NaN, and the check would fail for no fault of the
+    model."""
     if not values.is_floating_point() or not values.numel() or rows.shape[0] < EXTREMES:
         return rows
     low, high = values.amin(dim=0), values.amax(dim=0)
     span = high - low + 1
-    rows[0] = high + span
-    rows[1] = low - span
+    rows[0] = torch.where(high < 0, high / 2, high + span)
+    rows[1] = torch.where(low > 0, low / 2, low - span)
     return rows
 
 
@@ -609,6 +616,16 @@ def slice_inputs(kwargs: dict, c: Cut, num_nodes: int, num_edges: int) -> tuple[
             out[key] = value
             unknown.append(key)
     return out, unknown
+
+
+def per_node_guesses(kwargs: dict, num_nodes: int, num_edges: int) -> list[str]:
+    """The names of the tensors that :func:`slice_inputs` cuts as one row per
+    node though they may hold one per edge: not named ``edge*``, on a graph
+    with as many edges as nodes."""
+    if num_nodes != num_edges:
+        return []
+    return [key for key, value in kwargs.items() if isinstance(value, Tensor) and value.dim() > 0 and
+            not key.startswith("edge") and value.shape[0] == num_nodes]
 
 
 def reaches_ring(c: Cut, node: Tensor, edge: Optional[Tensor] = None, edge_attr: Optional[Tensor] = None,
