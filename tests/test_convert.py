@@ -1052,3 +1052,41 @@ def test_a_model_converted_without_rules_takes_the_outer_default_inside_a_wrappe
             return self.head(self.enc(x, edge_index).relu())
 
     assert resolve_rules(Classifier(lrp.convert(Encoder())))["enc.c2"] == DEFAULT_LOWER
+
+
+class ListedLayers(torch.nn.Module):
+    """Registered layers that the forward reaches through a plain list."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = GCNConv(5, 8), GCNConv(8, 8)
+        self.head = torch.nn.Linear(8, 4)
+        self.order = [self.c1, self.c2]
+        self.named = {"last": self.c2}
+
+    def forward(self, x, edge_index):
+        for conv in self.order:
+            x = conv(x, edge_index).relu()
+        return self.head(x + 0 * self.named["last"].bias)
+
+
+def test_layers_listed_in_plain_containers_are_the_copies():
+    """A forward that loops over ``self.order = [self.c1, self.c2]`` ran the
+    original layers in the converted copy, so the rules given to
+    ``convert`` never applied (node mask 0.06 off ``lrp.explain`` with the
+    same rules, without a word). The original's list stays as it was."""
+    torch.manual_seed(0)
+    model = ListedLayers().double().eval()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(10, 5, generator=g, dtype=torch.float64)
+    edge_index = torch.randint(0, 10, (2, 30), generator=g)
+    rules = {"c1": R.Epsilon(0.5), "c2": R.Gamma(0.5)}
+    converted = lrp.convert(model, rules=rules)
+    assert converted.order[0] is converted.c1 and converted.order[1] is converted.c2
+    assert converted.named["last"] is converted.c2
+    assert model.order[0] is model.c1 and model.named["last"] is model.c2  # the original untouched
+    torch.testing.assert_close(converted(x, edge_index), model(x, edge_index))
+    expected = lrp.explain(model, x, edge_index, index=2, rules=rules)
+    got = lrp.explain(converted, x, edge_index, index=2)
+    torch.testing.assert_close(got.node_mask, expected.node_mask)
+    torch.testing.assert_close(got.edge_mask, expected.edge_mask)

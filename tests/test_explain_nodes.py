@@ -487,3 +487,14 @@ def test_a_fallback_names_a_per_edge_input_cut_as_per_node():
     with pytest.warns(lrp.explainers.SubgraphWarning, match="'weights' has as many rows as the graph has nodes and "
                                                              "edges, and was cut as one row per node"):
         lrp.explain_nodes(RingWeights().eval(), x, edge_index, torch.tensor([5, 9]), weights=weights)
+
+
+def test_each_explanation_holds_tensors_of_its_own():
+    """An explanation of ``explain_nodes`` kept or saved alone holds its own
+    tensors, not views of the whole batch's (``torch.save`` of one wrote the
+    batch's ``node_index`` and ``edge_id``)."""
+    found = lrp.explain_nodes(build("gcn"), DATA["x"], DATA["edge_index"], torch.tensor([0, 5, 9]), batch_size=3)
+    for ex in found:
+        for key in ("node_index", "edge_id", "edge_index", "target", "node_mask", "edge_mask"):
+            value = ex[key]
+            assert value.untyped_storage().nbytes() == value.numel() * value.element_size(), key

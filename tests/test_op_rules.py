@@ -1842,3 +1842,91 @@ def test_a_buffer_written_through_a_view_keeps_its_history():
     out = model(xg, edge_index, batch)[0]
     (grad,) = torch.autograd.grad(out[out.argmax()], xg)
     torch.testing.assert_close(explanation.node_mask, grad * x, rtol=1e-10, atol=1e-12)
+
+
+class CopiesRows(torch.nn.Module):
+    """A readout that only copies its input's rows into a ``[1, n, d]``
+    batch, in one of several equivalent ways."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+
+    def forward(self, h):
+        from torch_geometric.utils import to_dense_batch
+        n = h.shape[0]
+        if self.how == "unsqueeze":
+            return h.unsqueeze(0)
+        if self.how == "into a buffer":
+            out = h.new_zeros(n, h.shape[1])
+            out[:] = h
+            return out.unsqueeze(0)
+        if self.how == "to_dense_batch":
+            return to_dense_batch(h, torch.zeros(n, dtype=torch.long))[0]
+        return h.new_zeros(n, h.shape[1]).index_copy(0, torch.arange(n), h).unsqueeze(0)  # out of place
+
+
+class ReadoutOfItsOwn(torch.nn.Module):
+    def __init__(self, how: str):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3, bias=False)
+        self.readout = CopiesRows(how)
+        self.out = torch.nn.Linear(5 * 3, 2, bias=False)
+
+    def forward(self, x, edge_index):
+        return self.out(self.readout(self.lin(x)).flatten(1))
+
+
+@pytest.mark.parametrize("how", ["into a buffer", "to_dense_batch", "index_copy"])
+@pytest.mark.parametrize("rule", [lrp.rules.ZPlus(), Gamma(0.5), Epsilon(0.5)], ids=["zplus", "gamma", "eps"])
+def test_a_readout_with_a_rule_of_its_own_applies_it_to_rows_written_into_a_buffer(how, rule):
+    """Rows of a map under one rule, copied into a buffer by a module under
+    another: the copy starts a map of the readout's rule, as the same copy
+    out of place (``unsqueeze``) does. Before, such a write (and an
+    out-of-place ``index_copy``) kept autograd's plain copy, so the readout's
+    rule was silently not applied, and PyG's ``SortAggregation`` with a rule
+    of its own explained a graph alone otherwise than inside a batch."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 4, dtype=torch.float64)
+    edge_index = torch.empty(2, 0, dtype=torch.long)
+    rules = {torch.nn.Module: Epsilon(0.0), CopiesRows: rule}
+    reference = ReadoutOfItsOwn("unsqueeze").double().eval()
+    model = ReadoutOfItsOwn(how).double().eval()
+    model.load_state_dict(reference.state_dict())
+    kw = dict(index=0, rules=rules, task_level="graph", mode="multiclass_classification")
+    expected = lrp.explain(reference, x, edge_index, **kw)
+    plain = lrp.explain(reference, x, edge_index, **{**kw, "rules": Epsilon(0.0)})
+    assert not torch.allclose(expected.node_mask, plain.node_mask)  # the readout's rule matters here
+    got = lrp.explain(model, x, edge_index, **kw)
+    torch.testing.assert_close(got.node_mask, expected.node_mask, rtol=1e-10, atol=1e-12)
+    assert got.lost == pytest.approx(expected.lost, abs=1e-12)
+
+
+def test_sort_aggregation_with_its_own_rule_explains_a_graph_alone_as_in_a_batch():
+    """``SortAggregation(k)`` writes each graph's rows into a dense batch; a
+    graph alone whose size is ``k`` needs no padding. With a rule of its own
+    on the readout, that graph was explained under LRP-0 alone and under
+    the readout's rule inside a batch (node relevance up to 0.12 apart)."""
+    from torch_geometric.nn.aggr import SortAggregation
+
+    class Sorted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.readout = torch.nn.Linear(4, 6, bias=False), SortAggregation(k=5)
+            self.out = torch.nn.Linear(5 * 6, 3, bias=False)
+
+        def forward(self, x, edge_index, batch):
+            return self.out(self.readout(self.lin(x), batch))
+
+    torch.manual_seed(0)
+    model = Sorted().double().eval()
+    first, second = torch.randn(5, 4, dtype=torch.float64), torch.randn(7, 4, dtype=torch.float64)
+    edge_index = torch.empty(2, 0, dtype=torch.long)
+    kw = dict(index=0, rules={torch.nn.Module: Epsilon(0.0), SortAggregation: lrp.rules.ZPlus()},
+              task_level="graph", mode="multiclass_classification")
+    alone = lrp.explain(model, first, edge_index, batch=torch.zeros(5, dtype=torch.long), **kw)
+    together = lrp.explain(model, torch.cat([first, second]), edge_index,
+                           batch=torch.tensor([0] * 5 + [1] * 7), **kw)
+    torch.testing.assert_close(alone.node_mask, together.node_mask[:5], rtol=1e-9, atol=1e-12)
+    assert float(alone.lost) == pytest.approx(float(together.lost), abs=1e-12)
+    assert float(alone.lost) != 0.0  # ZPlus drops what the copies of negative values carry

@@ -560,3 +560,30 @@ def test_walks_are_drawn_with_a_label_for_every_node_of_their_graph():
 def test_features_of_a_mask_without_columns_are_refused_by_name():
     with pytest.raises(ValueError, match="node_mask has no feature columns"):
         lrp.visualize_features(Explanation(node_mask=torch.zeros(3, 0)))
+
+
+def test_a_summed_mask_of_one_node_is_refused_where_x_has_several_features():
+    """One node explained with ``node_mask_type='object'``: ``[1, 1]``, the
+    sum over x's four features. It was drawn as the bar of 'feature 0'
+    (refused only for several nodes, as the docs say for all)."""
+    explanation = Explanation(node_mask=torch.tensor([[1.5]]), x=torch.ones(1, 4),
+                              edge_index=torch.empty(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="relevance summed over features"):
+        lrp.visualize_features(explanation)
+    explanation.x = torch.ones(1, 1)  # one feature: the mask is that feature's
+    (bar,) = lrp.visualize_features(explanation).axes[0].patches
+    assert bar.get_width() == pytest.approx(1.5)
+
+
+def test_relevance_no_message_path_brings_is_drawn_by_default():
+    """A model that reads the whole graph gives relevance to nodes in
+    another component than the target's: drawn by default (they were left
+    out, the colour bar set without them); ``k_hop`` keeps to the hops."""
+    edge_index = torch.tensor([[0, 1, 3], [1, 0, 4]])  # {0, 1} and {3, 4}; node 2 alone
+    node_mask = torch.tensor([[0.2], [0.1], [0.0], [0.0], [-0.9]])
+    explanation = Explanation(node_mask=node_mask, edge_mask=torch.tensor([0.1, 0.2, 0.0]), edge_index=edge_index,
+                              index=0)
+    ax = lrp.visualize_graph(explanation, node_labels=True).axes[0]
+    drawn = sorted(int(t.get_text()) for t in ax.texts if t.get_text().isdigit())
+    assert drawn == [0, 1, 4]
+    assert len(node_positions(lrp.visualize_graph(explanation, k_hop=1).axes[0])) == 2

@@ -136,7 +136,7 @@ def _share_copy(module: torch.nn.Module, memo: Optional[dict] = None) -> torch.n
     """A new module object holding the same parameters and buffers (the
     same dicts of them); a module registered under several names (weights
     tied by ``ModuleList([conv] * 3)``) is copied once, as it is one module."""
-    memo = {} if memo is None else memo
+    top, memo = memo is None, {} if memo is None else memo
     if id(module) in memo:
         return memo[id(module)]
     new = memo[id(module)] = copy.copy(module)
@@ -148,11 +148,43 @@ def _share_copy(module: torch.nn.Module, memo: Optional[dict] = None) -> torch.n
             state[key] = value.__func__.__get__(new)
     new._modules = {name: None if child is None else _share_copy(child, memo)
                     for name, child in module._modules.items()}
+    if top:
+        for copied in memo.values():
+            _follow_containers(copied, memo)
     if type(module) in LRP_LAYERS:
         new.__class__ = LRP_LAYERS[type(module)]
     if isinstance(new, MessagePassing):
         _clear_explainer_state(new)
     return new
+
+
+def _follow_containers(copied: torch.nn.Module, memo: dict) -> None:
+    """Plain lists, tuples and dicts in ``copied``'s attributes that hold
+    modules of the model (``self.order = [self.c1, self.c2]``, which a
+    forward may loop over) get new containers holding the copies: the
+    copy's forward must run the copied layers, with their rules, not the
+    original's. (The original's containers stay as they were.)"""
+    def follow(value):
+        if isinstance(value, torch.nn.Module):
+            return memo.get(id(value), value)
+        if type(value) in (list, tuple):
+            return type(value)(follow(v) for v in value)
+        if type(value) is dict:
+            return {k: follow(v) for k, v in value.items()}
+        return value
+
+    def holds_module(value) -> bool:
+        if isinstance(value, torch.nn.Module):
+            return id(value) in memo
+        if type(value) in (list, tuple):
+            return any(holds_module(v) for v in value)
+        return type(value) is dict and any(holds_module(v) for v in value.values())
+
+    state = copied.__dict__
+    for key, value in list(state.items()):
+        if key not in _SHARED_DICTS and key != "_modules" and type(value) in (list, tuple, dict) and \
+                holds_module(value):
+            state[key] = follow(value)
 
 
 def _clear_explainer_state(layer: MessagePassing) -> None:

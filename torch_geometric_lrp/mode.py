@@ -895,7 +895,7 @@ cat concat concatenate stack hstack vstack transpose t T.__get__ mT.__get__
 permute movedim swapaxes squeeze unsqueeze contiguous clone
 flatten unflatten narrow select split split_with_sizes tensor_split chunk unbind
 to float double half bfloat16 type type_as cpu cuda masked_fill index_fill flip roll pad where
-index_put gather_csr tril triu diagonal scatter masked_scatter
+index_put index_copy gather_csr tril triu diagonal scatter masked_scatter
 """.split())
 LINEAR_OPS: dict[str, str] = {
     **{name: "add" for name in _ADD_OPS}, **{name: "mul" for name in _MUL_OPS},
@@ -1070,7 +1070,8 @@ def _is_data(name: str, key) -> bool:
     if key == 0 or key == "input" or (isinstance(key, tuple) and key[0] == 0):
         return True
     return name == "where" and key in (1, 2, "other") or name == "index_put" and key in (2, "values") or \
-        name == "scatter" and key in (3, "src") or name == "masked_scatter" and key in (2, "source")
+        name == "scatter" and key in (3, "src") or name == "masked_scatter" and key in (2, "source") or \
+        name == "index_copy" and key in (3, "source")
 
 
 #: Ops whose second operand divides (a scalar's ``__rtruediv__`` has no signal to divide).
@@ -2401,7 +2402,7 @@ class RelevanceMode(TorchFunctionMode):
 
     def _continues_into(self, args, kwargs) -> bool:
         """Whether a copy-write into a constant buffer writes the end of a map
-        of the current rule (``out = x.new_empty(...); out[perm] = lin(x)``,
+        (``out = x.new_empty(...); out[perm] = lin(x)``,
         as PyG's ``HeteroLinear`` puts rows back in order), into a buffer of
         its own: no view, and no other tensor sharing its memory (a view
         taken before), which would see the written values without their
@@ -2409,11 +2410,9 @@ class RelevanceMode(TorchFunctionMode):
         rule = self.current_rule()
         if isinstance(rule, Pass) or not self._maps or args[0]._base is not None or not _memory_of_its_own(args[0]):
             return False
-        for t, _ in _tensors_of(args[1:], kwargs):
-            entry = self._maps.get(t)
-            if entry is not None and entry[0] == rule:
-                return True
-        return False
+        # (the end of a map under another rule, a readout's own rule on the layer before it, is
+        # opened by the write, as by any linear op of the current rule: _stream_input)
+        return any(t in self._maps for t, _ in _tensors_of(args[1:], kwargs))
 
     def _written_into_buffer(self, func, args, kwargs):
         r"""``func`` copies the end of a map into a constant buffer: the map

@@ -89,10 +89,17 @@ def _check_top_k(top_k, allow_none: bool = True) -> None:
 
 
 def _edge_index(value, name: str) -> Tensor:
-    if not isinstance(value, Tensor) or value.dim() != 2 or value.size(0) != 2 or value.is_floating_point():
+    if isinstance(value, Tensor) and value.is_floating_point() and value.dim() == 2 and value.size(0) == 2:
+        raise ValueError(f"{name}: expected an integer tensor of shape [2, E], got {value.dtype}; pass "
+                         f"edge_index.long().")
+    if not isinstance(value, Tensor) or value.layout != torch.strided or value.dim() != 2 or value.size(0) != 2:
         shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise ValueError(f"{name}: expected an integer tensor of shape [2, E], got {shape}. Explanations from "
-                         f"lrp.explain carry it; for others set explanation.edge_index = edge_index.")
+        sparse = not isinstance(value, Tensor) or value.layout != torch.strided
+        raise ValueError(f"{name}: expected an integer tensor of shape [2, E], got {shape}. " + (
+            "A sparse adjacency (as lrp.explain keeps it, where it was the input) is drawn from its edge list: "
+            "set explanation.edge_index = torch_geometric.utils.to_edge_index(adj)[0], in the adjacency's order, "
+            "which is the edge mask's." if sparse else
+            "Explanations from lrp.explain carry it; for others set explanation.edge_index = edge_index."))
     return value.detach().long().cpu()
 
 
@@ -333,6 +340,16 @@ def _receptive_hops(g: _Graph, dist: Tensor) -> int:
     return max(hops)
 
 
+def _relevant_nodes(g: _Graph) -> Tensor:
+    """Nodes with nonzero relevance, or at an end of an edge with it."""
+    found = torch.zeros(g.num_nodes, dtype=torch.bool)
+    if g.node_relevance is not None:
+        found |= g.node_relevance != 0
+    if g.edge_relevance is not None:
+        found[g.edge_index[:, g.edge_relevance != 0].reshape(-1)] = True
+    return found
+
+
 @dataclass
 class _Edges:
     pairs: list[tuple[int, int]]
@@ -451,6 +468,8 @@ def _select(g: _Graph, k_hop: Optional[int], top_k: Optional[int]) -> tuple[list
         dist = _hops(g.edge_index, g.num_nodes, g.targets, g.flow)
         hops = _receptive_hops(g, dist) if k_hop is None else k_hop
         keep = (dist >= 0) & (dist <= hops)
+        if k_hop is None:  # relevance that no message path brings (a model that reads the whole graph)
+            keep |= _relevant_nodes(g)
     else:
         keep = torch.ones(g.num_nodes, dtype=torch.bool) if g.members is None else g.members.clone()
     edges = _edges_to_draw(g, keep)
@@ -518,7 +537,9 @@ def visualize_graph(
     Which nodes: for node- and edge-level targets, the receptive field, i.e.
     the nodes within ``k_hop`` hops of the targets along the message flow;
     ``k_hop`` defaults to the fewest hops that hold every node and edge with
-    nonzero relevance. For graph-level targets, the whole graph (the
+    nonzero relevance, and nodes with relevance that no message path
+    connects to the targets (a model that reads the whole graph) are drawn
+    too. For graph-level targets, the whole graph (the
     explained graphs of ``batch`` when ``batch`` and ``index`` are set).
     Edges between drawn nodes are drawn; on an undirected graph once per node
     pair, with the relevance of both directions summed, on a directed graph
@@ -608,7 +629,9 @@ def _feature_relevance(node_mask, name: str, x=None) -> Tensor:
                          f"node_mask_type='attributes'.")
     # x of one feature ([N, 1], or [N] ids of one categorical column): [N, 1] is then per feature
     one_feature = isinstance(x, Tensor) and (x.dim() == 1 or (x.dim() == 2 and x.size(1) == 1))
-    if node_mask.size(1) == 1 and node_mask.size(0) > 1 and not one_feature:
+    # a [N, 1] mask of several nodes, or of one node whose x has several features, is summed over features
+    summed = node_mask.size(0) > 1 or (isinstance(x, Tensor) and x.dim() == 2 and x.size(1) > 1)
+    if node_mask.size(1) == 1 and summed and not one_feature:
         raise ValueError(f"{name}: has shape {tuple(node_mask.shape)}, relevance summed over features "
                          f"(node_mask_type='object'); explain with node_mask_type='attributes' to see features.")
     return _finite(node_mask.detach().cpu().double(), name).sum(dim=0)

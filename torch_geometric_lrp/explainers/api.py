@@ -755,9 +755,10 @@ def _explanation(part: _Part, x: Tensor, edge_index: Tensor, spelled: Optional[t
         ex.edge_id = torch.arange(edge_index.shape[1], device=edge_index.device)
         ex.x, ex.edge_index, ex.index = x, edge_index, part.position
     else:
-        ex.node_index, ex.edge_id = c.nodes, c.edge_id
-        ex.x, ex.edge_index, ex.index = x[c.nodes], c.edge_index, int(c.index)
-    ex.target = part.target
+        # (copies: the cut's tensors are views of the whole batch's, which a saved or kept explanation holds)
+        ex.node_index, ex.edge_id = c.nodes.clone(), c.edge_id.clone()
+        ex.x, ex.edge_index, ex.index = x[c.nodes], c.edge_index.clone(), int(c.index)
+    ex.target = part.target if part.target is None else part.target.clone()
     return ex
 
 
