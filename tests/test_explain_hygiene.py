@@ -4,6 +4,7 @@ other explainers on the same model."""
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 
 import pytest
@@ -266,6 +267,34 @@ def test_a_compiled_model_is_explained_and_left_alone():
     torch.testing.assert_close(ours.node_mask, reference.node_mask)
     assert ours.score == pytest.approx(reference.score, rel=1e-6)
 
+
+
+@pytest.mark.parametrize("how", ["wrapped", "in place", "root in place"])
+def test_compiled_submodules_are_refused_by_name_before_the_forward(how):
+    """A ``torch.compile``-d submodule, or a module compiled in place
+    (``Module.compile()``), is refused naming it, by the pass and by
+    ``convert``; before, the pass failed inside torch's compiler
+    (``NameError: ___get_torch_function_mode_stack_at``), and ``convert``
+    given a rule for the wrapper wrote the copy's modules into the
+    original. The model is left as it was."""
+    model = build("gcn")
+    if how == "wrapped":
+        model.conv2 = torch.compile(model.conv2, backend="eager")
+    elif how == "in place":
+        model.conv2.compile(backend="eager")
+    else:
+        model.compile(backend="eager")
+    before = snapshot(model)
+    x, edge_index, _ = inputs("node")
+    name = re.escape("'(the model)'") if how == "root in place" else "'conv2'"
+    with pytest.raises(lrp.UnsupportedOpError, match=f"compiled.*{name}"):
+        lrp.explain(model, x, edge_index, index=3)
+    with pytest.raises(lrp.UnsupportedModuleError, match=f"compiled.*{name}"):
+        lrp.convert(model)
+    if how == "wrapped":
+        with pytest.raises(lrp.UnsupportedModuleError, match="'_orig_mod'"):
+            lrp.convert(model, rules={type(model.conv2): lrp.rules.Epsilon()})
+    assert_same(before, snapshot(model))
 
 class Head(torch.nn.Module):
     """A module the library does not know (declared as coming from torch, as

@@ -24,7 +24,7 @@ from torch_geometric.nn.sequential import Sequential as PyGSequential
 from torch_geometric.utils._trim_to_layer import TrimToLayer
 
 from . import nn as lrp_nn
-from .mode import unwrap
+from .mode import compiled_modules, unwrap
 from .rules import Epsilon, Gamma, Rule, ZPlus, check_rule
 
 __all__ = ["convert", "register", "resolve_rules", "type_rules", "composite", "UnsupportedModuleError", "DEFAULT_INPUT",
@@ -513,6 +513,9 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"convert: model must be a torch.nn.Module, got {type(model).__name__}.")
     model = unwrap(model)
+    compiled = compiled_modules(list(model.named_modules()))
+    if compiled:  # (a rule for OptimizedModule would write the copy's modules into the compiled original)
+        raise UnsupportedModuleError(f"lrp.convert: {compiled}")
     # a converted model given again without rules keeps its composite
     kept = getattr(model, "_lrp_rules", None) if rules is None else None
     given = rules is not None  # without rules, converted modules inside keep theirs (resolve_rules)
@@ -550,9 +553,10 @@ def convert(model: torch.nn.Module, rules: Optional[dict[Union[str, type], Rule]
             f"lrp.convert: {len(unsupported)} module(s) have no relevance support:\n{lines}\n"
             f"If a module only computes with ops that have relevance rules (linear maps, sums, "
             f"scatters, element-wise activations), declare it with "
-            f"lrp.register({example.__qualname__}) or give it a rule, e.g. "
-            f"lrp.convert(model, rules={{{example.__qualname__}: lrp.rules.Epsilon()}}); the relevance "
-            f"pass then checks its ops as it runs."
+            f"lrp.register({example.__qualname__}) (the layers inside keep their rules), or give it a rule, e.g. "
+            f"lrp.convert(model, rules={{{example.__qualname__}: lrp.rules.Epsilon()}}), which the layers "
+            f"inside it inherit in place of the default composite; the relevance pass then checks its ops as it "
+            f"runs."
         )
     converted = _share_copy(model)
     converted._lrp_rules = dict(kept) if kept is not None else resolve_rules(converted, rules if given else None)

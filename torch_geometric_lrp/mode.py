@@ -2919,6 +2919,26 @@ def _prepared(model: torch.nn.Module, modules: Optional[list] = None) -> Iterato
         _undo(undo)
 
 
+def compiled_modules(named: list) -> str:
+    """What a message says of the compiled modules among ``named`` (pairs
+    of name and module); ``""`` where there are none. The pass runs a
+    forward op by op, and a compiled region run under its mode fails inside
+    torch's compiler, with an error that names neither the module nor the
+    way out; a copy made by ``convert`` would run the original's compiled
+    forward. (A ``torch.compile`` wrapper around the whole model is
+    unwrapped: :func:`unwrap`.)"""
+    wrapped = [f"'{n}'" for n, m in named if n and type(m).__name__ == "OptimizedModule"]
+    in_place = [f"'{n or '(the model)'}'" for n, m in named if getattr(m, "_compiled_call_impl", None) is not None]
+    if not wrapped and not in_place:
+        return ""
+    return ("the relevance pass runs the forward op by op, which a compiled module does not; " +
+            (f"torch.compile-d submodules: {', '.join(wrapped)} (put the module behind each, its '_orig_mod', "
+             f"in its place). " if wrapped else "") +
+            (f"modules compiled in place with Module.compile(): {', '.join(in_place)} (use a copy made "
+             f"before compiling, or compile with torch.compile(model), whose wrapper around the whole model is "
+             f"unwrapped)." if in_place else ""))
+
+
 @contextmanager
 def relevance_pass(
     model: Optional[torch.nn.Module] = None,
@@ -2970,6 +2990,9 @@ def relevance_pass(
     if model is not None:
         model = unwrap(model)
         named = list(model.named_modules())
+        compiled = compiled_modules(named)
+        if compiled:
+            raise UnsupportedOpError(f"model: {compiled}")
         _check_no_inference_tensors(model)
         if rules is None and default_rule is not None:
             by_name = {}  # one rule everywhere
