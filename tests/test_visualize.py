@@ -587,3 +587,37 @@ def test_relevance_no_message_path_brings_is_drawn_by_default():
     drawn = sorted(int(t.get_text()) for t in ax.texts if t.get_text().isdigit())
     assert drawn == [0, 1, 4]
     assert len(node_positions(lrp.visualize_graph(explanation, k_hop=1).axes[0])) == 2
+
+
+def test_a_walk_that_stays_at_its_node_is_a_circle_in_its_colour():
+    """``[0, 0, 0]`` has no step to draw as an arrow; it was left out even
+    as the strongest walk. It is a circle around its node, coloured by its
+    relevance; a walk that moves gets none."""
+    walks = torch.tensor([[0, 0, 0], [0, 1, 0], [1, 1, 1]])
+    relevance = torch.tensor([0.05, 0.03, -0.02])
+    fig = lrp.visualize_walks((walks, relevance), torch.tensor([[0, 1], [1, 0]]), node_labels=False)
+    ax = fig.axes[0]
+    stays = collection(ax, "stays")
+    pos = node_positions(ax)
+    assert np.allclose(stays.get_offsets(), pos[[0, 1]])
+    first, second = stays.get_edgecolors()
+    assert first[0] > 0.55 and first[2] < 0.45  # red, for the prediction
+    assert second[2] > second[0] + 0.3  # blue, against it
+    widths = stays.get_linewidths()
+    assert widths[0] > widths[1]  # the stronger, the wider
+    assert len([p for p in ax.patches if isinstance(p, FancyArrowPatch)]) == 2
+
+
+def test_a_graph_level_hetero_target_in_a_batch_draws_the_explained_graph():
+    """``index`` with a ``batch`` per node type (``batch_dict``) draws the
+    explained graphs only, as for a homogeneous batch; every graph was
+    drawn, titled "graph"."""
+    explanation = hetero_explanation()
+    from torch_geometric.explain.config import ModelConfig
+    explanation._model_config = ModelConfig(mode="regression", task_level="graph", return_type="raw")
+    explanation.index = torch.tensor([1])
+    explanation["paper"].batch = torch.tensor([0, 1, 1])
+    explanation["author"].batch = torch.tensor([0, 1])
+    ax = lrp.visualize_graph(explanation, node_labels=False).axes[0]
+    assert len(node_positions(ax, "nodes:paper")) == 2 and len(node_positions(ax, "nodes:author")) == 1
+    assert ax.get_title().startswith("graph 1")

@@ -283,8 +283,15 @@ def _heterogeneous(explanation: HeteroData) -> _Graph:
                          f"before drawing.")
     targets = torch.cat(targets) if targets else torch.empty(0, dtype=torch.long)
     name = f"node{'s' if len(names) > 1 else ''} " + ", ".join(names[:5]) if names else "graph"
+    members = None
+    batches = [explanation[nt].get("batch") for nt in node_types]
+    if index is not None and not isinstance(index, Mapping) and all(isinstance(b, Tensor) for b in batches):
+        # graph-level targets of a batch (batch_dict): the explained graphs, as for a homogeneous graph
+        graphs = _positions(index, max(int(b.max()) + 1 if b.numel() else 0 for b in batches), "graph")
+        members = torch.cat([torch.isin(b.detach().cpu(), graphs) for b in batches])
+        name = _named([str(i) for i in graphs.tolist()], "graph")
     return _Graph(edge_index, nodes, edges, node_type, [str(nt) for nt in node_types], labels, targets,
-                  torch.empty(2, 0, dtype=torch.long), None, name, _flow(explanation))
+                  torch.empty(2, 0, dtype=torch.long), members, name, _flow(explanation))
 
 
 def _as_graph(explanation) -> _Graph:
@@ -744,6 +751,26 @@ def _walks_and_relevance(walks) -> tuple[Tensor, Tensor]:
     return paths.detach().cpu().long(), _finite(relevance.detach().cpu().double().view(-1), "walks: relevance")
 
 
+def _draw_stays(ax, pos: dict, paths: Tensor, colours: list, strength: list, size: float) -> None:
+    """Walks that never leave their node (no arrow to draw) as circles
+    around it in the walk's colour, wider the stronger; several at one node
+    nested, the strongest innermost."""
+    stays = [k for k in range(paths.size(0)) if bool((paths[k] == paths[k, 0]).all())]
+    if not stays:
+        return
+    count: dict = {}
+    xy, sizes, edge_colours, widths = [], [], [], []
+    for k in stays:  # strongest first
+        node = int(paths[k, 0])
+        j = count[node] = count.get(node, 0) + 1
+        xy.append(pos[node])
+        sizes.append(size * (1.6 + 0.7 * j) ** 2)
+        edge_colours.append(colours[k])
+        widths.append(0.8 + 3.2 * strength[k])
+    ax.scatter(*zip(*xy), s=sizes, facecolors="none", edgecolors=edge_colours, linewidths=widths, zorder=4,
+               gid="stays")
+
+
 def visualize_walks(walks, edge_index: Tensor, path: Optional[str] = None, *, top_k: Optional[int] = 10,
                     node_labels: Union[None, bool, Sequence, Mapping] = None):
     """Draw the most relevant walks as arrows along the graph.
@@ -753,7 +780,8 @@ def visualize_walks(walks, edge_index: Tensor, path: Optional[str] = None, *, to
     symmetric around 0 (red: for the prediction, blue: against), wider and
     more opaque the larger its |relevance|; the strongest walk is drawn on top
     and walks are bent apart so that shared steps stay visible. Steps that stay
-    at a node (self-loops) are not drawn. The nodes on the walks and the edges
+    at a node (self-loops) are not drawn; a walk that never leaves its node is
+    a circle around it in the walk's colour. The nodes on the walks and the edges
     of ``edge_index`` between them (thin grey) are laid out by networkx's
     ``spring_layout`` (seed 0); the explained nodes (last column) carry a
     thick black ring.
@@ -826,6 +854,7 @@ def visualize_walks(walks, edge_index: Tensor, path: Optional[str] = None, *, to
                        alpha=0.35 + 0.65 * strength[k], zorder=2 + strength[k])
     _draw_nodes(ax, pos, nodes, ["#eeeeee"] * len(nodes), g.node_type, [], size)
     _draw_ring(ax, pos, g.targets.tolist(), size)
+    _draw_stays(ax, pos, paths, colours, strength, size)
     _draw_labels(ax, pos, nodes, labels, None, norm, len(nodes))
     _colorbar(fig, ax, norm, "walk relevance")
     count = getattr(walks, "num_walks", total)  # lrp.walks(top_k=k) knows how many walks there are
