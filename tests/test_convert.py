@@ -1090,3 +1090,35 @@ def test_layers_listed_in_plain_containers_are_the_copies():
     got = lrp.explain(converted, x, edge_index, index=2)
     torch.testing.assert_close(got.node_mask, expected.node_mask)
     torch.testing.assert_close(got.edge_mask, expected.edge_mask)
+
+
+class SkipSet(ListedLayers):
+    def __init__(self, container: str):
+        super().__init__()
+        if container == "set":
+            self.skip = {self.c2}
+        elif container == "keys":
+            self.skip = {self.c2: 0.5}
+        else:
+            import collections
+            self.skip = collections.deque([self.c2])
+
+
+@pytest.mark.parametrize("container", ["set", "keys", "deque"])
+def test_layers_held_where_convert_cannot_follow_are_refused_by_name(container):
+    """Followed in part, a copy would mix copies and originals (``c in
+    self.skip`` false for the copy of ``c2``: another function, without a
+    word); such containers are refused naming the attribute."""
+    model = SkipSet(container)
+    with pytest.raises(lrp.UnsupportedModuleError, match=r"SkipSet\.skip holds modules of the model"):
+        lrp.convert(model)
+    assert model.order[1] is model.c2
+
+
+def test_layers_in_an_ordered_dict_are_the_copies():
+    import collections
+    model = ListedLayers()
+    model.named = collections.OrderedDict(last=model.c2)
+    converted = lrp.convert(model)
+    assert type(converted.named) is collections.OrderedDict and converted.named["last"] is converted.c2
+    assert model.named["last"] is model.c2

@@ -1930,3 +1930,42 @@ def test_sort_aggregation_with_its_own_rule_explains_a_graph_alone_as_in_a_batch
     torch.testing.assert_close(alone.node_mask, together.node_mask[:5], rtol=1e-9, atol=1e-12)
     assert float(alone.lost) == pytest.approx(float(together.lost), abs=1e-12)
     assert float(alone.lost) != 0.0  # ZPlus drops what the copies of negative values carry
+
+
+class OutputIntoABuffer(torch.nn.Module):
+    """The model's output is a fresh buffer its last map is written into
+    (``HeteroLinear`` as the last layer, node types out of order)."""
+
+    def __init__(self, into_buffer: bool):
+        super().__init__()
+        self.into_buffer = into_buffer
+        self.lin = torch.nn.Linear(3, 2)
+        self.perm = torch.tensor([3, 0, 5, 1, 4, 2])
+
+    def forward(self, x, edge_index):
+        h = self.lin(x[self.perm])
+        if not self.into_buffer:
+            return h[torch.argsort(self.perm)]
+        out = x.new_zeros(x.shape[0], 2)
+        out[self.perm] = h
+        return out
+
+
+@pytest.mark.parametrize("rules", [Gamma(0.5), {torch.nn.Linear: Gamma(0.5), OutputIntoABuffer: Epsilon(0.1)}],
+                         ids=["one rule", "two rules"])
+def test_an_output_written_into_a_buffer_is_explained_without_a_false_warning(rules):
+    """The buffer stands for the map the write continued: the output check
+    read the user's tensor, which carries no history, and warned that no
+    relevance reaches the inputs (masks and residual were right)."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    reference = OutputIntoABuffer(False).double()
+    model = OutputIntoABuffer(True).double()
+    model.load_state_dict(reference.state_dict())
+    expected = lrp.explain(reference, x, edge_index, index=2, rules=rules, subgraph=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = lrp.explain(model, x, edge_index, index=2, rules=rules, subgraph=False)
+    torch.testing.assert_close(got.node_mask, expected.node_mask, rtol=1e-10, atol=1e-12)
+    assert abs(float(got.residual)) < 1e-9

@@ -8,6 +8,7 @@ swapped for their :mod:`torch_geometric_lrp.nn` subclasses and a *composite*
 """
 from __future__ import annotations
 
+import collections
 import copy
 import fnmatch
 import inspect
@@ -158,33 +159,59 @@ def _share_copy(module: torch.nn.Module, memo: Optional[dict] = None) -> torch.n
     return new
 
 
+_FOLLOWED = (list, tuple, dict, collections.OrderedDict)
+
+
 def _follow_containers(copied: torch.nn.Module, memo: dict) -> None:
-    """Plain lists, tuples and dicts in ``copied``'s attributes that hold
-    modules of the model (``self.order = [self.c1, self.c2]``, which a
+    """Plain lists, tuples and dicts (values) in ``copied``'s attributes that
+    hold modules of the model (``self.order = [self.c1, self.c2]``, which a
     forward may loop over) get new containers holding the copies: the
     copy's forward must run the copied layers, with their rules, not the
-    original's. (The original's containers stay as they were.)"""
+    original's. (The original's containers stay as they were.) Modules of
+    the model held any other way (a set, a dict keyed by modules, a deque, a
+    namedtuple, another object) are refused by name: followed in part, the
+    copy would mix copies and originals (``c in self.skip`` false for a
+    copy), computing another function."""
     def follow(value):
         if isinstance(value, torch.nn.Module):
             return memo.get(id(value), value)
-        if type(value) in (list, tuple):
-            return type(value)(follow(v) for v in value)
-        if type(value) is dict:
-            return {k: follow(v) for k, v in value.items()}
+        if type(value) in _FOLLOWED:
+            items = value.items() if isinstance(value, dict) else None
+            return type(value)((k, follow(v)) for k, v in items) if items is not None else \
+                type(value)(follow(v) for v in value)
         return value
 
-    def holds_module(value) -> bool:
+    def held(value, depth: int = 0) -> tuple[bool, bool]:
+        """(holds a module of the model, in a way ``follow`` rebuilds)"""
         if isinstance(value, torch.nn.Module):
-            return id(value) in memo
-        if type(value) in (list, tuple):
-            return any(holds_module(v) for v in value)
-        return type(value) is dict and any(holds_module(v) for v in value.values())
+            return id(value) in memo, True
+        if depth > 8 or isinstance(value, (str, bytes, torch.Tensor)):
+            return False, True
+        if isinstance(value, dict):
+            keys = [held(k, depth + 1) for k in value]
+            values = [held(v, depth + 1) for v in value.values()]
+            found = any(h for h, _ in keys + values)
+            return found, type(value) in _FOLLOWED and not any(h for h, _ in keys) and all(ok for _, ok in values)
+        if isinstance(value, (list, tuple, set, frozenset, collections.deque)):
+            parts = [held(v, depth + 1) for v in value]
+            return any(h for h, _ in parts), type(value) in _FOLLOWED and all(ok for _, ok in parts)
+        return False, True
 
     state = copied.__dict__
     for key, value in list(state.items()):
-        if key not in _SHARED_DICTS and key != "_modules" and type(value) in (list, tuple, dict) and \
-                holds_module(value):
-            state[key] = follow(value)
+        if key in _SHARED_DICTS or key == "_modules" or isinstance(value, torch.nn.Module):
+            continue
+        found, followable = held(value)
+        if not found:
+            continue
+        if not followable:
+            raise UnsupportedModuleError(
+                f"lrp.convert: {type(copied).__name__}.{key} holds modules of the model in a "
+                f"{type(value).__name__} (as set members, dict keys or in another container), which lrp.convert "
+                f"cannot point at the converted copies: the copy's forward would mix them with the original's "
+                f"layers. Hold the layers in torch.nn.ModuleList / ModuleDict, a list or a dict (values), or "
+                f"explain the model as it is (lrp.explain, or LRP in PyG's Explainer, with rules=).")
+        state[key] = follow(value)
 
 
 def _clear_explainer_state(layer: MessagePassing) -> None:

@@ -94,7 +94,8 @@ def _edge_index(value, name: str) -> Tensor:
                          f"edge_index.long().")
     if not isinstance(value, Tensor) or value.layout != torch.strided or value.dim() != 2 or value.size(0) != 2:
         shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        sparse = not isinstance(value, Tensor) or value.layout != torch.strided
+        sparse = (isinstance(value, Tensor) and value.layout != torch.strided) or \
+            type(value).__name__ == "SparseTensor"
         raise ValueError(f"{name}: expected an integer tensor of shape [2, E], got {shape}. " + (
             "A sparse adjacency (as lrp.explain keeps it, where it was the input) is drawn from its edge list: "
             "set explanation.edge_index = torch_geometric.utils.to_edge_index(adj)[0], in the adjacency's order, "

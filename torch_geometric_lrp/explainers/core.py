@@ -256,6 +256,9 @@ class Pass:
         relevance, or that the relevance Functions handle: they run past the
         mode (:meth:`RelevanceMode.unrouted`) until the pass closes."""
         self._stack.enter_context(self.mode.unrouted())
+        # an output written in place (a buffer the forward filled: out[perm] = lin(h)) is stood in for
+        # by the map the write continued, which holds its history
+        self.out = self.mode.resolved(self.out)
         if self.mode.in_place:
             with torch.no_grad():
                 plain = self._call(x, edge_index, kwargs)
