@@ -926,3 +926,33 @@ def test_a_uint8_node_set_is_refused_by_name():
         lrp.subgraph_relevance(model, x, ei, [[0, 1], mask], 2)
     with pytest.raises(TypeError, match=r"nodes: a uint8"):
         lrp.subgraph_relevance(model, x, ei, mask[None].expand(2, -1), 2)
+
+
+def test_subgraph_relevance_refuses_relevance_that_moves_outside_the_messages():
+    """A per-graph norm between the layers moves relevance between every two
+    nodes: ``walks`` refused the model, ``subgraph_relevance`` returned a
+    value that is no sum of walks (on a path, S({1, 6}) != S({1}) though no
+    walk into node 1 reaches node 6)."""
+    from torch_geometric.nn.norm import GraphNorm
+
+    class Normed(torch.nn.Module):
+        def __init__(self, norm: bool):
+            super().__init__()
+            torch.manual_seed(1)
+            self.c1, self.c2 = GCNConv(3, 4), GCNConv(4, 3)
+            self.norm = GraphNorm(4) if norm else torch.nn.Identity()
+
+        def forward(self, x, edge_index):
+            return self.c2(self.norm(self.c1(x, edge_index)).relu(), edge_index)
+
+    n = 8
+    path = torch.arange(n - 1)
+    edge_index = torch.cat([torch.stack([path, path + 1]), torch.stack([path + 1, path])], 1)
+    x = torch.randn(n, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    plain = Normed(False).double().eval()
+    alone = lrp.subgraph_relevance(plain, x, edge_index, nodes=[1], index=1, rules=lrp.rules.Epsilon(0.0))
+    assert lrp.subgraph_relevance(plain, x, edge_index, nodes=[1, 6], index=1,
+                                  rules=lrp.rules.Epsilon(0.0)) == pytest.approx(alone, rel=1e-12)
+    with pytest.raises(ValueError, match="moves information between nodes outside its messages"):
+        lrp.subgraph_relevance(Normed(True).double().eval(), x, edge_index, nodes=[1, 6], index=1,
+                               rules=lrp.rules.Epsilon(0.0))

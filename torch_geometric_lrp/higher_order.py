@@ -836,6 +836,53 @@ def walks(
     return _run(model, x, edge_index, index, target, rules, mode, kwargs, body)
 
 
+#: Rows per level whose step :func:`_check_moves` pushes down (the largest by relevance).
+MOVES_CHECKED = 256
+
+
+def _check_moves(steps: _Steps, start: Tensor, messages: list[Optional[Tensor]], nodes: Optional[Tensor]) -> None:
+    """:func:`_check_steps` without listing the walks (``subgraph_relevance``):
+    at each level, the relevance state of each reached row (the
+    ``MOVES_CHECKED`` largest), pushed one level down on its own, may reach
+    only that row and the rows it got messages from. A per-graph statistic
+    between layers (``GraphNorm``, ``PairNorm``) moves relevance between
+    every two nodes of a graph; masked per level, that relevance would be
+    counted for sets of nodes no walk joins."""
+    n = steps.n
+    _, states = _chain(steps, start)
+    for m in range(steps.depth, 0, -1):
+        state = states[steps.depth - m][0]  # level m: [N, W]
+        size = state.abs().sum(dim=-1)
+        rows = (size > 0).nonzero().view(-1)
+        rows = rows[size[rows].argsort(descending=True)[:MOVES_CHECKED]]
+        pairs = messages[m - 1]
+        keys = torch.zeros(0, dtype=torch.long, device=state.device) if pairs is None else pairs[0] * n + pairs[1]
+        for chunk in rows.split(64):
+            seeds = torch.zeros(chunk.numel(), n, state.shape[-1], dtype=state.dtype, device=state.device)
+            seeds[torch.arange(chunk.numel(), device=state.device), chunk] = state[chunk]
+            below = steps.step(m, seeds).abs().amax(dim=-1)  # [b, N]
+            tolerance = (1e-9 if below.dtype == torch.float64 else 1e-4) * float(below.max() or 0.0)
+            k, source = (below > tolerance).nonzero(as_tuple=True)
+            into = chunk[k]
+            ok = (source == into) | torch.isin(source * n + into, keys)
+            if not bool(ok.all()):
+                bad = int((~ok).nonzero()[0])
+                _moves_outside(int(source[bad]), int(into[bad]), m - 1, nodes)
+
+
+def _moves_outside(a: int, b: int, m: int, nodes: Optional[Tensor]) -> None:
+    """Refuse relevance passing from node ``b`` to ``a`` at call ``m + 1``
+    (rows of the cut ``nodes``, where given), which passed no such message."""
+    if nodes is not None:
+        a, b = int(nodes[a]), int(nodes[b])
+    raise ValueError(f"model: relevance passes from node {b} to node {a} at message-passing call {m + 1}, "
+                     f"which passed no message {a} -> {b}: the model moves information between nodes "
+                     f"outside its messages (a layer that propagates more than once per call, a sum or "
+                     f"pooling over the nodes fed back to them, a per-graph normalisation, a virtual node), "
+                     f"so its relevance does not split into walks along edges. lrp.explain gives its node and "
+                     f"edge relevance.")
+
+
 def _check_steps(paths: Tensor, values: Tensor, messages: list[Tensor], n: int, nodes: Optional[Tensor]) -> None:
     """Every step of a walk that carries relevance is a message of its
     level's call (or a node to itself: a root term or self-loop). Else the
@@ -848,14 +895,7 @@ def _check_steps(paths: Tensor, values: Tensor, messages: list[Tensor], n: int, 
         ok = (source == into) | torch.isin(source * n + into, pairs[0] * n + pairs[1])
         if not bool(ok.all()):
             k = int((~ok).nonzero()[0])
-            a, b = int(source[k]), int(into[k])
-            if nodes is not None:
-                a, b = int(nodes[a]), int(nodes[b])
-            raise ValueError(f"model: relevance passes from node {b} to node {a} at message-passing call {m + 1}, "
-                             f"which passed no message {a} -> {b}: the model moves information between nodes "
-                             f"outside its messages (a layer that propagates more than once per call, a sum or "
-                             f"pooling over the nodes fed back to them, a virtual node), so its relevance does not "
-                             f"split into walks along edges. lrp.explain gives its node and edge relevance.")
+            _moves_outside(int(source[k]), int(into[k]), m, nodes)
 
 
 def _node_sets(nodes, n: int, device) -> tuple[Tensor, bool]:
@@ -954,6 +994,7 @@ def subgraph_relevance(
 
     def body(steps: _Steps, info: dict):
         masks, single = _node_sets(nodes, info["num_nodes"], x.device)
+        _check_moves(steps, info["start"], info["messages"], info["nodes"])
         if info["nodes"] is not None:
             masks = masks[:, info["nodes"]]
         start = info["start"]
