@@ -956,3 +956,54 @@ def test_subgraph_relevance_refuses_relevance_that_moves_outside_the_messages():
     with pytest.raises(ValueError, match="moves information between nodes outside its messages"):
         lrp.subgraph_relevance(Normed(True).double().eval(), x, edge_index, nodes=[1, 6], index=1,
                                rules=lrp.rules.Epsilon(0.0))
+
+
+def test_walks_of_layers_that_build_their_output_in_a_buffer():
+    """A layer that writes its output into a buffer (``out[idx] =
+    lin(h[idx])``, as ``MFConv`` does with ``index_copy_``) under rules
+    that differ between modules: the walks read the user's buffer, not the
+    map standing for it, and lost relevance (37% of the total on small
+    activations). Now they sum to the relevance, as written out of place."""
+    from torch_geometric.nn import MessagePassing
+    from torch_geometric.utils import degree
+
+    class BufferConv(MessagePassing):
+        def __init__(self, a, b, in_place: bool):
+            super().__init__(aggr="add")
+            self.in_place = in_place
+            self.low, self.high = torch.nn.Linear(a, b, bias=False), torch.nn.Linear(a, b, bias=False)
+
+        def forward(self, x, edge_index):
+            h = self.propagate(edge_index, x=x)
+            busy = degree(edge_index[1], x.shape[0], dtype=torch.long) > 1
+            out = h.new_zeros(h.shape[0], self.low.out_features)
+            for group, lin in ((False, self.low), (True, self.high)):
+                idx = (busy == group).nonzero().view(-1)
+                if self.in_place:
+                    out[idx] = lin(h[idx])
+                else:
+                    out = out.index_copy(0, idx, lin(h[idx]))
+            return out
+
+    class Net(torch.nn.Module):
+        def __init__(self, in_place: bool):
+            super().__init__()
+            torch.manual_seed(0)
+            self.c1, self.c2 = BufferConv(5, 8, in_place), BufferConv(8, 8, in_place)
+            self.head = torch.nn.Linear(8, 3, bias=False)
+
+        def forward(self, x, edge_index):
+            return self.head(self.c2(self.c1(x, edge_index).relu(), edge_index).relu())
+
+    g = torch.Generator().manual_seed(1)
+    edge_index = torch.randint(0, 30, (2, 60), generator=g)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    x = torch.randn(30, 5, generator=g, dtype=torch.float64) * 1e-4
+    rules = {"c1": lrp.rules.Epsilon(0.0), "c2": lrp.rules.Epsilon(0.0), "head": lrp.rules.Epsilon(1e-12)}
+    totals = []
+    for in_place in (False, True):
+        model = Net(in_place).double().eval()
+        found = lrp.walks(model, x, edge_index, index=0, rules=rules)
+        assert float(found.relevance.sum()) == pytest.approx(found.relevance_total, rel=1e-9)
+        totals.append(found.relevance_total)
+    assert totals[1] == pytest.approx(totals[0], rel=1e-9)

@@ -1394,7 +1394,10 @@ class RelevanceMode(TorchFunctionMode):
     # -- linear maps ---------------------------------------------------------------------------
     def alias(self, t: Tensor) -> Tensor:
         """A view of ``t`` in the same linear map (under ``t``'s own rule): a
-        separate handle whose relevance counts only the uses of the alias."""
+        separate handle whose relevance counts only the uses of the alias.
+        (Of the tensor that stands for ``t`` where the forward wrote into it:
+        a module's output built in a buffer, ``out[idx] = lin(h[idx])``.)"""
+        t = self.resolved(t)
         entry = self._maps.get(t)
         if entry is None:
             with torch.enable_grad():
