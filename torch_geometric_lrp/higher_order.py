@@ -444,12 +444,13 @@ def _one_pass(model, x, edge_index, kwargs, index, target, settings, layers, bod
         first = steps.first_order()
         with audit.suspended():
             start = steps.start()
-            reached = _check_chain(steps, start, first)
+            reached, states = _check_chain(steps, start, first)
         if c is not None and bool(reached[:, c.ring].any()):
             fall_back(model, "relevance reached nodes beyond the hops its message-passing layers count")
             return None
         info = dict(index=index, target=explained[0], score=seed.sum(dtype=torch.float64).item(),
                     start=start, first=first, nodes=None if c is None else c.nodes, num_nodes=n, reached=reached,
+                    states=states,
                     messages=[torch.cat(pairs, dim=1) if pairs else None for pairs in messages],
                     config=ModelConfig(mode=mode, task_level=level, return_type=return_type),
                     batch=kwargs.get("batch") if level == ModelTaskLevel.graph else None)
@@ -469,10 +470,11 @@ def _chain(steps: _Steps, state: Tensor, masks: Optional[Tensor] = None) -> tupl
     return (state if masks is None else state * masks[..., None]), states
 
 
-def _check_chain(steps: _Steps, start: Tensor, first: Tensor) -> Tensor:
+def _check_chain(steps: _Steps, start: Tensor, first: Tensor) -> tuple[Tensor, list[Tensor]]:
     """The levels must cut every path of relevance: pushed down level by
     level, the seed must give the plain backward's relevance of ``x``.
-    Returns which rows hold relevance at some level (``[levels + 1, N]``)."""
+    Returns which rows hold relevance at some level (``[levels + 1, N]``),
+    and the states of the levels (:func:`_chain`)."""
     chained, states = _chain(steps, start)
     chained = chained[0]
     scale = first.abs().max().item() if first.numel() else 0.0
@@ -482,7 +484,7 @@ def _check_chain(steps: _Steps, start: Tensor, first: Tensor) -> Tensor:
             "model: relevance reaches the input around the message-passing layers (a skip or residual "
             "connection, jumping knowledge, or a layer reading x directly), so it does not split into walks "
             "of one step per layer. Walks need the layers in a chain: x -> layer 1 -> ... -> layer L -> output.")
-    return torch.stack([s[0].abs().amax(dim=-1) > 0 for s in states] + [first.abs().amax(dim=-1) > 0])
+    return torch.stack([s[0].abs().amax(dim=-1) > 0 for s in states] + [first.abs().amax(dim=-1) > 0]), states
 
 
 def _suffix_counts(messages: list[Tensor], n: int, end_rows: Tensor) -> list[Tensor]:
@@ -840,16 +842,17 @@ def walks(
 MOVES_CHECKED = 256
 
 
-def _check_moves(steps: _Steps, start: Tensor, messages: list[Optional[Tensor]], nodes: Optional[Tensor]) -> None:
+def _check_moves(steps: _Steps, states: list[Tensor], messages: list[Optional[Tensor]],
+                 nodes: Optional[Tensor]) -> None:
     """:func:`_check_steps` without listing the walks (``subgraph_relevance``):
-    at each level, the relevance state of each reached row (the
-    ``MOVES_CHECKED`` largest), pushed one level down on its own, may reach
-    only that row and the rows it got messages from. A per-graph statistic
+    at each level (``states``, of :func:`_chain`), the relevance state of
+    each reached row (the ``MOVES_CHECKED`` largest), pushed one level down
+    on its own, may reach only that row and the rows it got messages from.
+    A per-graph statistic
     between layers (``GraphNorm``, ``PairNorm``) moves relevance between
     every two nodes of a graph; masked per level, that relevance would be
     counted for sets of nodes no walk joins."""
     n = steps.n
-    _, states = _chain(steps, start)
     for m in range(steps.depth, 0, -1):
         state = states[steps.depth - m][0]  # level m: [N, W]
         size = state.abs().sum(dim=-1)
@@ -994,7 +997,7 @@ def subgraph_relevance(
 
     def body(steps: _Steps, info: dict):
         masks, single = _node_sets(nodes, info["num_nodes"], x.device)
-        _check_moves(steps, info["start"], info["messages"], info["nodes"])
+        _check_moves(steps, info["states"], info["messages"], info["nodes"])
         if info["nodes"] is not None:
             masks = masks[:, info["nodes"]]
         start = info["start"]
